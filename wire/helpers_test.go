@@ -208,8 +208,8 @@ func refICRC(frame []byte) uint32 {
 	var udp []byte
 	switch ip[0] >> 4 {
 	case 4:
-		ip[1] = 0xff           // TOS
-		ip[8] = 0xff           // TTL
+		ip[1] = 0xff                // TOS
+		ip[8] = 0xff                // TTL
 		ip[10], ip[11] = 0xff, 0xff // header checksum
 		udp = ip[int(ip[0]&0x0f)*4:]
 	case 6:
