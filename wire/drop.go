@@ -14,7 +14,8 @@ const (
 	// DropNotIP: the frame is neither IPv4 nor IPv6.
 	DropNotIP
 	// DropIPHeader: the IP header is malformed (bad version or length,
-	// IPv4 options, a fragment, total length beyond the frame).
+	// IPv4 options, a fragment, the reserved IPv4 flag set, total length
+	// beyond the frame).
 	DropIPHeader
 	// DropNotUDP: the IP payload is not UDP.
 	DropNotUDP
