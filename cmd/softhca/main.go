@@ -1,0 +1,135 @@
+// Command softhca is the command-line front end of softhca, the user-space
+// RDMA host channel adapter that speaks RoCEv2 (InfiniBand transport in UDP
+// port 4791) and interoperates with Linux rdma_rxe.
+//
+// Usage:
+//
+//	softhca <command> [flags] [arguments]
+//	softhca help [command]
+//
+// Commands:
+//
+//	decode   print the RoCEv2 packets of pcap/pcapng files and check them
+//
+// Further commands (demo, serve, devinfo, pingpong, perf, conformance,
+// trace) will follow as the device grows.
+//
+// # decode
+//
+//	softhca decode [-v] FILE.pcap...
+//
+// decode reads capture files (pcap with Ethernet, raw IP, Linux cooked or
+// BSD loopback framing, or pcapng) and prints one line per RoCEv2 frame,
+// that is per UDP datagram to port 4791. Each frame goes through wire.Parse,
+// which checks the IP and UDP headers, the InfiniBand headers the opcode
+// calls for, the pad, and the invariant CRC, exactly as softhca's receive
+// path does:
+//
+//	frame 1: 0.000000 10.77.0.2:50241 -> 10.77.0.3:4791: RC Fetch Add qp=0x21 psn=12453421 ackreq atomic{va=0x55d631cd0000 rkey=0xffa add=0x1 cmp=0x0} len=0 icrc ok
+//
+// A frame that wire.Parse drops ends with "DROP <reason>" instead, after
+// whatever could still be decoded. Other frames are counted as "not
+// RoCEv2" and listed only with -v. After each file comes a summary line,
+// and after several files a total line.
+//
+// The exit status is 0 when every RoCEv2 packet parsed and its ICRC
+// verified, 1 when any was dropped, and 2 on usage errors or files that
+// cannot be read.
+//
+// # Structure
+//
+// Each command lives in its own file as a function with the signature of
+// [command.run], which parses its own flag.FlagSet and returns the exit
+// status, so tests run commands in-process.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// command is one subcommand of softhca.
+type command struct {
+	name    string
+	summary string // one line for the command list
+	// run executes the command with the arguments after its name and
+	// returns the process exit status: 0 success, 1 failure found, 2 usage
+	// error or unreadable input.
+	run func(args []string, stdout, stderr io.Writer) int
+}
+
+// commands lists the subcommands in the order usage shows them.
+var commands = []command{
+	{"decode", "print the RoCEv2 packets of pcap/pcapng files and check their ICRC", runDecode},
+}
+
+// Exit statuses shared by the commands.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches args (the command line without the program name) to a
+// subcommand and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		return runHelp(rest, stdout, stderr)
+	}
+	if c := lookup(name); c != nil {
+		return c.run(rest, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "softhca: unknown command %q\n\n", name)
+	usage(stderr)
+	return exitUsage
+}
+
+func lookup(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+// runHelp prints the general usage, or a command's own usage for
+// "help <command>".
+func runHelp(args []string, stdout, stderr io.Writer) int {
+	switch len(args) {
+	case 0:
+		usage(stdout)
+		return exitOK
+	case 1:
+		c := lookup(args[0])
+		if c == nil {
+			fmt.Fprintf(stderr, "softhca help: unknown command %q\n\n", args[0])
+			usage(stderr)
+			return exitUsage
+		}
+		// Every command prints its usage on -h and returns exitOK.
+		return c.run([]string{"-h"}, stdout, stdout)
+	}
+	fmt.Fprintln(stderr, "usage: softhca help [command]")
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, "softhca is a user-space RDMA HCA speaking RoCEv2.\n\n")
+	fmt.Fprint(w, "Usage:\n\n\tsofthca <command> [flags] [arguments]\n\nCommands:\n\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "\t%-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "\nRun \"softhca help <command>\" for a command's flags.\n")
+}
