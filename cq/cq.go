@@ -1,0 +1,444 @@
+package cq
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	"github.com/softhca/softhca/internal/ring"
+	"github.com/softhca/softhca/verbs"
+)
+
+// Config holds the parameters of New (the arguments of ibv_create_cq plus
+// the device limits that bound them).
+type Config struct {
+	// CQE is the requested number of entries (cqe). It must be 1..MaxCQE.
+	CQE int
+	// MaxCQE is the device limit (ibv_device_attr.max_cqe); it must be
+	// at least 1.
+	MaxCQE int
+	// Channel is the completion channel events go to, or nil for none.
+	Channel *Channel
+	// Context is the cq_context, returned by CQ.Context.
+	Context any
+	// CompVector is the completion vector (comp_vector). It must not be
+	// negative, and must be below NumCompVectors when that is set.
+	CompVector int
+	// NumCompVectors is the device's number of completion vectors
+	// (ibv_context.num_comp_vectors). Zero skips the upper bound check,
+	// leaving it to the caller.
+	NumCompVectors int
+
+	// RoundUp sizes the ring as rxe does instead of exactly CQE: the
+	// smallest 2^k-1 at least CQE (rxe_queue_init rounds cqe+1 slots up
+	// to a power of two and reports slots-1 as ibcq.cqe). ibv_create_cq(3)
+	// and ibv_resize_cq(3) allow either: the size is "at least" cqe. The
+	// default, exact sizing, makes overrun tests portable.
+	RoundUp bool
+	// ArmWithoutChannel makes ReqNotify succeed on a CQ created without a
+	// channel, as rxe and every libibverbs provider do: the arm is
+	// consumed by the next matching completion and the event is
+	// discarded (ib_uverbs_comp_handler returns at once when the CQ has
+	// no event file). By default ReqNotify fails with EINVAL instead,
+	// because such an arm can never be delivered. Implementation-defined.
+	ArmWithoutChannel bool
+}
+
+// notifyState is a CQ's arm (the notify field of rxe_cq).
+type notifyState uint8
+
+const (
+	notifyNone      notifyState = iota // not armed
+	notifySolicited                    // IB_CQ_SOLICITED: next solicited or failed completion
+	notifyNextComp                     // IB_CQ_NEXT_COMP: next completion
+)
+
+// CQ is a completion queue (struct ibv_cq): a fixed-capacity FIFO of work
+// completions with a one-shot notification arm. All methods are safe for
+// concurrent use. See the package documentation for the lock order.
+type CQ struct {
+	// Immutable after New.
+	ch                *Channel
+	context           any
+	compVector        int
+	maxCQE            int
+	roundUp           bool
+	armWithoutChannel bool
+	// waitHook, when set (by tests, before use), is called by Destroy
+	// each time it is about to wait for acknowledgements, with no lock
+	// held.
+	waitHook func()
+
+	mu sync.Mutex
+	// The following fields are protected by mu.
+	ring      ring.Ring[verbs.WC] // queued completions, oldest first
+	cqe       int                 // capacity as reported (ring.Cap() while live)
+	notify    notifyState         // the arm
+	inError   bool                // overrun happened: the CQ is in the error state
+	destroyed bool                // Destroy succeeded
+	users     int                 // QPs and SRQs using the CQ
+	onOverrun func(*CQ)           // called once, on the first overrun
+
+	// The following fields are protected by ch.mu (the channel's lock),
+	// because the channel updates them without taking mu. Unused without
+	// a channel.
+	reported uint64        // events taken by GetEvent (comp_events_reported)
+	acked    uint64        // events acknowledged (comp_events_completed); <= reported
+	ackWait  chan struct{} // closed on the next AckEvents, for Destroy; nil if none waits
+}
+
+// New creates a completion queue (ibv_create_cq). It fails with EINVAL
+// when CQE is not within 1..MaxCQE or CompVector is out of range (rxe's
+// rxe_cq_chk_attr, uverbs' comp_vector check), and with EBADF when Channel
+// is closed.
+func New(cfg Config) (*CQ, error) {
+	if cfg.MaxCQE < 1 {
+		return nil, verbs.Errorf("create_cq", syscall.EINVAL, "max_cqe %d: the device limit must be at least 1", cfg.MaxCQE)
+	}
+	if cfg.CQE < 1 || cfg.CQE > cfg.MaxCQE {
+		return nil, verbs.Errorf("create_cq", syscall.EINVAL, "cqe %d is not within 1..%d (max_cqe)", cfg.CQE, cfg.MaxCQE)
+	}
+	if cfg.CompVector < 0 || (cfg.NumCompVectors > 0 && cfg.CompVector >= cfg.NumCompVectors) {
+		return nil, verbs.Errorf("create_cq", syscall.EINVAL, "comp_vector %d is out of range (%d vectors)", cfg.CompVector, cfg.NumCompVectors)
+	}
+	n := capacityFor(cfg.CQE, cfg.RoundUp)
+	c := &CQ{
+		ch:                cfg.Channel,
+		context:           cfg.Context,
+		compVector:        cfg.CompVector,
+		maxCQE:            cfg.MaxCQE,
+		roundUp:           cfg.RoundUp,
+		armWithoutChannel: cfg.ArmWithoutChannel,
+		ring:              ring.New[verbs.WC](n),
+		cqe:               n,
+	}
+	if c.ch != nil {
+		if err := c.ch.attach(); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// capacityFor returns the ring size for a requested cqe.
+func capacityFor(cqe int, roundUp bool) int {
+	if !roundUp {
+		return cqe
+	}
+	n := 1
+	for n < cqe+1 {
+		n <<= 1
+	}
+	return n - 1
+}
+
+// CQE returns the capacity (ibv_cq.cqe): the number of completions the CQ
+// holds before it overruns.
+func (c *CQ) CQE() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cqe
+}
+
+// Context returns the cq_context given to New.
+func (c *CQ) Context() any { return c.context }
+
+// Channel returns the completion channel given to New, or nil.
+func (c *CQ) Channel() *Channel { return c.ch }
+
+// CompVector returns the completion vector given to New.
+func (c *CQ) CompVector() int { return c.compVector }
+
+// Len returns the number of completions queued; 0 once destroyed.
+func (c *CQ) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ring.Len()
+}
+
+// InError reports whether the CQ has overrun and is in the error state.
+func (c *CQ) InError() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inError
+}
+
+// Poll moves up to len(wcs) of the oldest completions into wcs, oldest
+// first, and returns how many (ibv_poll_cq). It never blocks, returns 0
+// when the CQ is empty, len(wcs) is 0 or the CQ is destroyed, and does not
+// allocate. Completions queued before an overrun can still be polled.
+func (c *CQ) Poll(wcs []verbs.WC) int {
+	c.mu.Lock()
+	n := min(len(wcs), c.ring.Len())
+	for i := range n {
+		wcs[i] = *c.ring.At(i)
+	}
+	c.ring.Drop(n)
+	c.mu.Unlock()
+	return n
+}
+
+// ReqNotify arms the CQ for one completion event (ibv_req_notify_cq). The
+// arm is one-shot: the next completion added after the call that matches
+// it queues one event on the channel and disarms the CQ. Completions
+// already queued do not fire it (there is no IBV_CQ_REPORT_MISSED_EVENTS):
+// poll the CQ after arming.
+//
+// With solicitedOnly, only a solicited completion matches: a receive
+// completion for a message with the Solicited Event bit, or any completion
+// whose status is not success (ibv_req_notify_cq(3)). Arming again before
+// the event is harmless and never yields a second event; the broader arm
+// wins, so an arm for any completion is not narrowed by a later
+// solicited-only arm (rxe: "if (cq->notify != IB_CQ_NEXT_COMP) cq->notify =
+// flags", or "cq->notify |= flags" in newer kernels).
+//
+// It fails with EINVAL when the CQ is destroyed, and when the CQ has no
+// channel unless Config.ArmWithoutChannel was set. Arming a CQ in the
+// error state succeeds but can never fire: no completion is added to it.
+func (c *CQ) ReqNotify(solicitedOnly bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.destroyed {
+		return verbs.Errorf("req_notify_cq", syscall.EINVAL, "CQ is destroyed")
+	}
+	if c.ch == nil && !c.armWithoutChannel {
+		return verbs.Errorf("req_notify_cq", syscall.EINVAL, "CQ has no completion channel")
+	}
+	switch {
+	case !solicitedOnly:
+		c.notify = notifyNextComp
+	case c.notify == notifyNone:
+		c.notify = notifySolicited
+	}
+	return nil
+}
+
+// AckEvents acknowledges n events of this CQ taken with GetEvent
+// (ibv_ack_cq_events). Acknowledgements may be batched. libibverbs adds n
+// unchecked; here the acknowledged count is clamped to the reported count,
+// so acknowledging more than was taken (or acknowledging early) changes
+// nothing beyond balancing the taken events, and n <= 0 is ignored.
+func (c *CQ) AckEvents(n int) {
+	ch := c.ch
+	if n <= 0 || ch == nil {
+		return
+	}
+	ch.mu.Lock()
+	if out := c.reported - c.acked; uint64(n) >= out {
+		c.acked = c.reported
+	} else {
+		c.acked += uint64(n)
+	}
+	if c.ackWait != nil {
+		close(c.ackWait)
+		c.ackWait = nil
+	}
+	ch.mu.Unlock()
+}
+
+// UnackedEvents returns how many events taken from the channel for this CQ
+// are not yet acknowledged.
+func (c *CQ) UnackedEvents() int {
+	ch := c.ch
+	if ch == nil {
+		return 0
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return int(c.reported - c.acked)
+}
+
+// Resize changes the capacity to cqe (ibv_resize_cq), keeping the queued
+// completions in order. It fails with EINVAL, changing nothing, when cqe
+// is not within 1..max_cqe, is below the number of completions queued
+// (rxe_cq_chk_attr), or the CQ is destroyed. The arm and the error state
+// are kept.
+func (c *CQ) Resize(cqe int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.destroyed {
+		return verbs.Errorf("resize_cq", syscall.EINVAL, "CQ is destroyed")
+	}
+	if cqe < 1 || cqe > c.maxCQE {
+		return verbs.Errorf("resize_cq", syscall.EINVAL, "cqe %d is not within 1..%d (max_cqe)", cqe, c.maxCQE)
+	}
+	if n := c.ring.Len(); cqe < n {
+		return verbs.Errorf("resize_cq", syscall.EINVAL, "cqe %d is below the %d completions queued", cqe, n)
+	}
+	n := capacityFor(cqe, c.roundUp)
+	if n != c.ring.Cap() {
+		c.ring.Resize(n) // cannot fail: n >= cqe >= Len
+	}
+	c.cqe = n
+	return nil
+}
+
+// Destroy destroys the CQ (ibv_destroy_cq).
+//
+// It fails with EBUSY while a QP or SRQ uses the CQ (Users() > 0, as
+// ib_destroy_cq_user checks usecnt; IBA C11-17) and with EINVAL when the CQ
+// is already destroyed. Otherwise it waits until every event taken from
+// the channel for this CQ has been acknowledged, as libibverbs waits for
+// comp_events_completed to reach comp_events_reported. If ctx is done
+// first it returns an *InterruptedError (matching ctx.Err()) and destroys
+// nothing. Unlike libibverbs, which destroys first and waits after, the
+// wait comes first so that a cancelled Destroy leaves a usable CQ.
+//
+// On success the CQ's events still queued in the channel are removed from
+// it (ib_uverbs_release_ucq), the channel is released, and the CQ behaves
+// as destroyed: Poll and Len return 0, Push returns false, ReqNotify,
+// Resize and Destroy fail with EINVAL.
+func (c *CQ) Destroy(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		if c.destroyed {
+			c.mu.Unlock()
+			return verbs.Errorf("destroy_cq", syscall.EINVAL, "CQ is already destroyed")
+		}
+		if c.users > 0 {
+			n := c.users
+			c.mu.Unlock()
+			return verbs.Errorf("destroy_cq", syscall.EBUSY, "CQ is used by %d QP(s)/SRQ(s)", n)
+		}
+		ch := c.ch
+		if ch == nil {
+			c.destroyLocked()
+			c.mu.Unlock()
+			return nil
+		}
+		ch.mu.Lock()
+		if c.acked == c.reported {
+			// No event can be taken for c after this: the queued
+			// ones go now, and a destroyed CQ posts no more.
+			ch.detachLocked(c)
+			c.destroyLocked()
+			ch.mu.Unlock()
+			c.mu.Unlock()
+			return nil
+		}
+		w := c.ackWait
+		if w == nil {
+			w = make(chan struct{})
+			c.ackWait = w
+		}
+		ch.mu.Unlock()
+		c.mu.Unlock()
+		if c.waitHook != nil {
+			c.waitHook()
+		}
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return interrupted("destroy_cq", ctx)
+		}
+	}
+}
+
+// destroyLocked marks the CQ destroyed and frees its ring.
+//
+// Preconditions: c.mu is held.
+func (c *CQ) destroyLocked() {
+	c.destroyed = true
+	c.notify = notifyNone
+	c.ring = ring.Ring[verbs.WC]{}
+	c.onOverrun = nil
+}
+
+// Push appends a completion (the engine's rxe_cq_post); *wc is copied. It
+// returns false, queuing nothing, when the CQ is destroyed or in the error
+// state, and on overrun: when the CQ is full the completion is lost, the
+// CQ enters the error state for good and the overrun handler is called,
+// once, with no lock held.
+//
+// solicited says whether the completion is for a message with the
+// Solicited Event bit. If the CQ is armed and the arm matches (any
+// completion; or, for a solicited-only arm, solicited or wc.Status is not
+// WCSuccess) the arm is consumed and one event is queued on the channel.
+// Push does not allocate (the channel's event FIFO aside, which grows only
+// to the most events ever pending).
+func (c *CQ) Push(wc *verbs.WC, solicited bool) bool {
+	c.mu.Lock()
+	if c.destroyed || c.inError {
+		c.mu.Unlock()
+		return false
+	}
+	slot := c.ring.PushSlot()
+	if slot == nil {
+		c.inError = true
+		h := c.onOverrun
+		c.mu.Unlock()
+		if h != nil {
+			h(c)
+		}
+		return false
+	}
+	*slot = *wc
+	switch c.notify {
+	case notifyNextComp:
+		c.fireLocked()
+	case notifySolicited:
+		if solicited || wc.Status != verbs.WCSuccess {
+			c.fireLocked()
+		}
+	case notifyNone:
+	}
+	c.mu.Unlock()
+	return true
+}
+
+// fireLocked consumes the arm and queues one event.
+//
+// Preconditions: c.mu is held.
+func (c *CQ) fireLocked() {
+	c.notify = notifyNone
+	if c.ch != nil {
+		c.ch.post(c)
+	}
+}
+
+// SetOverrunHandler sets the function called on the first overrun (the hca
+// raises IBV_EVENT_CQ_ERR from it). It runs on the goroutine of the Push
+// that overran, with no lock held.
+func (c *CQ) SetOverrunHandler(f func(*CQ)) {
+	c.mu.Lock()
+	c.onOverrun = f
+	c.mu.Unlock()
+}
+
+// AddUser counts one more QP or SRQ using the CQ. The caller must know the
+// CQ is not destroyed (Acquire checks).
+func (c *CQ) AddUser() {
+	c.mu.Lock()
+	c.users++
+	c.mu.Unlock()
+}
+
+// Acquire is AddUser that fails with EINVAL, counting nothing, when the CQ
+// is destroyed; create_qp and create_srq use it to attach atomically.
+func (c *CQ) Acquire() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.destroyed {
+		return verbs.Errorf("create_qp", syscall.EINVAL, "CQ is destroyed")
+	}
+	c.users++
+	return nil
+}
+
+// RemoveUser counts one QP or SRQ fewer. It panics if the count would go
+// below zero, as sync.WaitGroup does: that is a bug in the caller.
+func (c *CQ) RemoveUser() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.users == 0 {
+		panic("cq: RemoveUser without a matching AddUser")
+	}
+	c.users--
+}
+
+// Users returns the number of QPs and SRQs using the CQ.
+func (c *CQ) Users() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.users
+}
