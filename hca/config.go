@@ -1,0 +1,135 @@
+package hca
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"reflect"
+
+	"github.com/softhca/softhca/verbs"
+)
+
+// Config describes a device to open. The zero value is a working device
+// with rxe's attributes and no addresses; Open fills every unset field
+// with its default.
+type Config struct {
+	// Name is the device name (ibv_get_device_name); default "softhca0".
+	Name string
+	// Addrs are the port's IP addresses. Each becomes a RoCEv2 GID after
+	// the link-local GID at index 0, as with rxe (GID[1] is the first
+	// address; IPv4 addresses appear IPv4-mapped).
+	Addrs []netip.Addr
+	// Attr overrides the device attributes; zero fields take rxe's values
+	// (DefaultDeviceAttr).
+	Attr verbs.DeviceAttr
+	// PortAttr overrides the port attributes; zero fields take rxe's
+	// values (DefaultPortAttr).
+	PortAttr verbs.PortAttr
+	// ClampQPCaps makes create_qp clamp caps above the device limits and
+	// write them back, instead of failing with EINVAL (both behaviours
+	// exist; ibv_create_qp(3)).
+	ClampQPCaps bool
+	// AllowPostRecvInReset accepts ibv_post_recv on a QP in RESET, as some
+	// HCAs do. By default it fails, as IBTA C10-97.2.1 requires.
+	AllowPostRecvInReset bool
+	// DeferRecvSGEChecks checks receive scatter elements (key, PD,
+	// bounds, LOCAL_WRITE) when data is placed, completing with
+	// IBV_WC_LOC_PROT_ERR as rxe does, instead of failing the post.
+	DeferRecvSGEChecks bool
+}
+
+// DefaultDeviceAttr returns the attributes of a Linux rxe device on a
+// current kernel (ibv_devinfo -v of rxe0; rxe_param.h).
+func DefaultDeviceAttr() verbs.DeviceAttr {
+	return verbs.DeviceAttr{
+		FWVer:       "0.0.0",
+		MaxMRSize:   ^uint64(0),
+		PageSizeCap: 0xfffff000,
+		VendorID:    0xffffff,
+		MaxQP:       1048560,
+		MaxQPWR:     1 << 20,
+		DeviceCapFlags: verbs.DeviceBadPKeyCntr | verbs.DeviceBadQKeyCntr | verbs.DeviceAutoPathMig |
+			verbs.DeviceChangePhyPort | verbs.DeviceUDAVPortEnforce | verbs.DevicePortActiveEvent |
+			verbs.DeviceSysImageGUID | verbs.DeviceRCRNRNAKGen | verbs.DeviceSRQResize,
+		MaxSGE:                32,
+		MaxSGERd:              32,
+		MaxCQ:                 1 << 20,
+		MaxCQE:                32767,
+		MaxMR:                 524287,
+		MaxPD:                 1 << 20,
+		MaxQPRdAtom:           128,
+		MaxResRdAtom:          258048,
+		MaxQPInitRdAtom:       128,
+		AtomicCap:             verbs.AtomicHCA,
+		MaxMcastGrp:           8192,
+		MaxMcastQPAttach:      56,
+		MaxTotalMcastQPAttach: 458752,
+		MaxAH:                 32767,
+		MaxSRQ:                917503,
+		MaxSRQWR:              1 << 20,
+		MaxSRQSGE:             27,
+		MaxPKeys:              64,
+		LocalCAAckDelay:       15,
+		PhysPortCnt:           1,
+		MaxInlineData:         512,
+	}
+}
+
+// DefaultPortAttr returns the attributes of rxe's port 1 on a 1500-byte
+// Ethernet link, except max_msg_sz, which current kernels raise to 2^31.
+func DefaultPortAttr() verbs.PortAttr {
+	return verbs.PortAttr{
+		State:        verbs.PortActive,
+		MaxMTU:       verbs.MTU4096,
+		ActiveMTU:    verbs.MTU1024,
+		GIDTblLen:    1024,
+		PortCapFlags: 0x00010000,
+		MaxMsgSz:     1 << 31,
+		PKeyTblLen:   1,
+		MaxVLNum:     1,
+		ActiveWidth:  1,
+		ActiveSpeed:  1,
+		PhysState:    5,
+		LinkLayer:    verbs.LinkLayerEthernet,
+	}
+}
+
+// fill returns c with every unset field given its default.
+func (c Config) fill() Config {
+	if c.Name == "" {
+		c.Name = "softhca0"
+	}
+	c.Attr = mergeNonZero(c.Attr, DefaultDeviceAttr())
+	c.PortAttr = mergeNonZero(c.PortAttr, DefaultPortAttr())
+	if c.Attr.NodeGUID == 0 {
+		c.Attr.NodeGUID = guidFor(c.Addrs)
+	}
+	if c.Attr.SysImageGUID == 0 {
+		c.Attr.SysImageGUID = c.Attr.NodeGUID
+	}
+	return c
+}
+
+// guidFor derives a node GUID as rxe does from its netdev's MAC (the
+// modified EUI-64, universal/local bit flipped), here from a locally
+// administered MAC made of 02:00 and the first address's last four bytes.
+func guidFor(addrs []netip.Addr) uint64 {
+	var mac [6]byte
+	mac[0] = 0x02
+	if len(addrs) > 0 {
+		b := addrs[0].As16()
+		copy(mac[2:], b[12:])
+	}
+	eui := [8]byte{mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]}
+	return binary.BigEndian.Uint64(eui[:])
+}
+
+// mergeNonZero returns v with each zero field replaced by def's.
+func mergeNonZero[T any](v, def T) T {
+	rv, rd := reflect.ValueOf(&v).Elem(), reflect.ValueOf(def)
+	for i := 0; i < rv.NumField(); i++ {
+		if rv.Field(i).IsZero() {
+			rv.Field(i).Set(rd.Field(i))
+		}
+	}
+	return v
+}

@@ -1,0 +1,243 @@
+package hca
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"syscall"
+
+	"github.com/softhca/softhca/cq"
+	"github.com/softhca/softhca/mr"
+	"github.com/softhca/softhca/verbs"
+)
+
+// firstQPN is the first QP number handed out: rxe numbers QPs from 0x11,
+// after the special QPs 0 and 1.
+const firstQPN = 0x11
+
+// Device is an open softhca device (ibv_context).
+type Device struct {
+	cfg  Config
+	gids []verbs.GID // index 0: link-local; then one per address
+	mrs  *mr.Table
+	ev   asyncQueue
+
+	mu      sync.Mutex
+	closed  bool
+	nextPD  uint32
+	nextQPN uint32
+	qps     map[uint32]*QP // by QP number; protected by mu
+	counts  struct{ pd, cq, qp, srq, ah int }
+}
+
+// Open opens a device with the given configuration (ibv_open_device).
+func Open(cfg Config) (*Device, error) {
+	cfg = cfg.fill()
+	for _, a := range cfg.Addrs {
+		if !a.IsValid() {
+			return nil, verbs.Errorf("open_device", syscall.EINVAL, "invalid address in Config.Addrs")
+		}
+	}
+	d := &Device{
+		cfg:     cfg,
+		mrs:     mr.NewTable(int(cfg.Attr.MaxMR), cfg.Attr.MaxMRSize),
+		nextPD:  1,
+		nextQPN: firstQPN,
+		qps:     map[uint32]*QP{},
+	}
+	d.ev.init()
+	d.gids = append(d.gids, linkLocalGID(cfg.Attr.NodeGUID))
+	for _, a := range cfg.Addrs {
+		d.gids = append(d.gids, verbs.GIDFromAddr(a))
+	}
+	if len(d.gids) > int(cfg.PortAttr.GIDTblLen) {
+		return nil, verbs.Errorf("open_device", syscall.EINVAL, "%d addresses do not fit a GID table of %d", len(cfg.Addrs), cfg.PortAttr.GIDTblLen)
+	}
+	return d, nil
+}
+
+// linkLocalGID is fe80::/64 with the node GUID as interface identifier,
+// the GID rxe puts at index 0.
+func linkLocalGID(guid uint64) verbs.GID {
+	var g verbs.GID
+	g[0], g[1] = 0xfe, 0x80
+	for i := 0; i < 8; i++ {
+		g[15-i] = byte(guid >> (8 * i))
+	}
+	return g
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.cfg.Name }
+
+// Config returns the configuration the device was opened with, defaults
+// filled in.
+func (d *Device) Config() Config { return d.cfg }
+
+// Close closes the device (ibv_close_device). Objects still open keep
+// working until destroyed; no new ones can be created.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return verbs.Errorf("close_device", syscall.EINVAL, "device is already closed")
+	}
+	d.closed = true
+	return nil
+}
+
+// QueryDevice returns the device attributes (ibv_query_device).
+func (d *Device) QueryDevice() verbs.DeviceAttr { return d.cfg.Attr }
+
+// QueryPort returns a port's attributes (ibv_query_port); the device has
+// one port, number 1.
+func (d *Device) QueryPort(port uint8) (verbs.PortAttr, error) {
+	if err := d.checkPort("query_port", port); err != nil {
+		return verbs.PortAttr{}, err
+	}
+	return d.cfg.PortAttr, nil
+}
+
+func (d *Device) checkPort(op string, port uint8) error {
+	if port < 1 || port > d.cfg.Attr.PhysPortCnt {
+		return verbs.Errorf(op, syscall.EINVAL, "port %d does not exist (the device has %d)", port, d.cfg.Attr.PhysPortCnt)
+	}
+	return nil
+}
+
+// QueryGID returns the GID at index of a port's GID table (ibv_query_gid).
+// Indexes inside the table that hold no address return the zero GID.
+func (d *Device) QueryGID(port uint8, index int) (verbs.GID, error) {
+	if err := d.checkPort("query_gid", port); err != nil {
+		return verbs.GID{}, err
+	}
+	if index < 0 || index >= int(d.cfg.PortAttr.GIDTblLen) {
+		return verbs.GID{}, verbs.Errorf("query_gid", syscall.EINVAL, "index %d outside the GID table (length %d)", index, d.cfg.PortAttr.GIDTblLen)
+	}
+	if index < len(d.gids) {
+		return d.gids[index], nil
+	}
+	return verbs.GID{}, nil
+}
+
+// GIDIndex returns the index of the GID that holds addr, or -1.
+func (d *Device) GIDIndex(addr netip.Addr) int {
+	g := verbs.GIDFromAddr(addr)
+	for i, x := range d.gids {
+		if x == g {
+			return i
+		}
+	}
+	return -1
+}
+
+// QueryPKey returns the P_Key at index (ibv_query_pkey): the default
+// partition 0xFFFF at index 0, as rxe has.
+func (d *Device) QueryPKey(port uint8, index int) (uint16, error) {
+	if err := d.checkPort("query_pkey", port); err != nil {
+		return 0, err
+	}
+	if index < 0 || index >= int(d.cfg.PortAttr.PKeyTblLen) {
+		return 0, verbs.Errorf("query_pkey", syscall.EINVAL, "index %d outside the P_Key table (length %d)", index, d.cfg.PortAttr.PKeyTblLen)
+	}
+	if index == 0 {
+		return 0xffff, nil
+	}
+	return 0, nil
+}
+
+// reserve counts one more object of a kind against its device limit.
+//
+// Preconditions: d.mu is held.
+func (d *Device) reserveLocked(op string, n *int, limit uint32, what string) error {
+	if d.closed {
+		return verbs.Errorf(op, syscall.EINVAL, "device is closed")
+	}
+	if *n >= int(limit) {
+		return verbs.Errorf(op, syscall.ENOMEM, "device holds its maximum of %d %s", limit, what)
+	}
+	*n++
+	return nil
+}
+
+func (d *Device) release(n *int) {
+	d.mu.Lock()
+	*n--
+	d.mu.Unlock()
+}
+
+// CreateCompChannel creates a completion channel (ibv_create_comp_channel).
+func (d *Device) CreateCompChannel() (*cq.Channel, error) { return cq.NewChannel() }
+
+// CQ is a completion queue of the device.
+type CQ struct {
+	*cq.CQ
+	dev    *Device
+	events eventCounter // async events (CQ_ERR) about this CQ
+}
+
+// CreateCQ creates a completion queue of at least cqe entries
+// (ibv_create_cq). ch may be nil; ctx is returned with its events.
+func (d *Device) CreateCQ(cqe int, ch *cq.Channel, ctx any, compVector int) (*CQ, error) {
+	const op = "create_cq"
+	if compVector != 0 {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "comp_vector %d: the device has 1 completion vector", compVector)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.reserveLocked(op, &d.counts.cq, d.cfg.Attr.MaxCQ, "CQs"); err != nil {
+		return nil, err
+	}
+	c, err := cq.New(cq.Config{CQE: cqe, MaxCQE: int(d.cfg.Attr.MaxCQE), Channel: ch, Context: ctx})
+	if err != nil {
+		d.counts.cq--
+		return nil, err
+	}
+	w := &CQ{CQ: c, dev: d}
+	c.SetOverrunHandler(func(*cq.CQ) { d.ev.raise(AsyncEvent{Type: verbs.EventCQErr, CQ: w}) })
+	return w, nil
+}
+
+// Destroy destroys the CQ (ibv_destroy_cq): EBUSY while a QP or SRQ uses
+// it; otherwise it waits until every completion event and asynchronous
+// event taken for it was acknowledged, or ctx is done.
+func (c *CQ) Destroy(ctx context.Context) error {
+	if err := c.events.wait(ctx, &c.dev.ev, func(e *AsyncEvent) bool { return e.CQ == c }); err != nil {
+		return err
+	}
+	if err := c.CQ.Destroy(ctx); err != nil {
+		return err
+	}
+	c.dev.release(&c.dev.counts.cq)
+	return nil
+}
+
+// AH is an address handle (ibv_ah).
+type AH struct {
+	attr verbs.AHAttr
+	pd   *PD
+	dead bool
+}
+
+// Attr returns the address vector.
+func (a *AH) Attr() verbs.AHAttr { return a.attr }
+
+// Destroy destroys the address handle (ibv_destroy_ah).
+func (a *AH) Destroy() error {
+	d := a.pd.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if a.dead {
+		return verbs.Errorf("destroy_ah", syscall.EINVAL, "address handle is already destroyed")
+	}
+	a.dead = true
+	d.counts.ah--
+	a.pd.refs--
+	return nil
+}
+
+// String describes the device for logs.
+func (d *Device) String() string {
+	return fmt.Sprintf("%s (%d GIDs)", d.cfg.Name, len(d.gids))
+}
