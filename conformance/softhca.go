@@ -1,0 +1,223 @@
+package conformance
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+
+	"github.com/softhca/softhca/cq"
+	"github.com/softhca/softhca/hca"
+	"github.com/softhca/softhca/verbs"
+)
+
+// Softhca is the in-process softhca backend.
+type Softhca struct {
+	// Config is the device configuration; zero means hca's defaults with
+	// one IPv4 and one IPv6 address.
+	Config hca.Config
+}
+
+// Name returns "softhca".
+func (s *Softhca) Name() string { return "softhca" }
+
+// Open opens a softhca device.
+func (s *Softhca) Open() (Device, error) {
+	cfg := s.Config
+	if cfg.Addrs == nil {
+		cfg.Addrs = []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")}
+	}
+	d, err := hca.Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &shDevice{d: d, cqs: map[*cq.CQ]*shCQ{}, qps: map[*hca.QP]*shQP{}, srqs: map[*hca.SRQ]*shSRQ{}}, nil
+}
+
+// shDevice adapts an hca.Device. Its maps turn the objects events name
+// back into the wrappers the case holds.
+type shDevice struct {
+	d    *hca.Device
+	mu   sync.Mutex
+	cqs  map[*cq.CQ]*shCQ
+	qps  map[*hca.QP]*shQP
+	srqs map[*hca.SRQ]*shSRQ
+}
+
+func (d *shDevice) QueryDevice() verbs.DeviceAttr              { return d.d.QueryDevice() }
+func (d *shDevice) QueryPort(p uint8) (verbs.PortAttr, error)  { return d.d.QueryPort(p) }
+func (d *shDevice) QueryGID(p uint8, i int) (verbs.GID, error) { return d.d.QueryGID(p, i) }
+func (d *shDevice) QueryPKey(p uint8, i int) (uint16, error)   { return d.d.QueryPKey(p, i) }
+func (d *shDevice) SetAsyncNonBlocking(nb bool)                { d.d.SetAsyncNonBlocking(nb) }
+func (d *shDevice) Close() error                               { return d.d.Close() }
+
+func (d *shDevice) AllocPD() (PD, error) {
+	p, err := d.d.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	return &shPD{p: p, dev: d}, nil
+}
+
+func (d *shDevice) CreateCompChannel() (CompChannel, error) {
+	ch, err := d.d.CreateCompChannel()
+	if err != nil {
+		return nil, err
+	}
+	return &shChannel{ch: ch, dev: d}, nil
+}
+
+func (d *shDevice) CreateCQ(cqe int, ch CompChannel, ctx any, vec int) (CQ, error) {
+	var c *cq.Channel
+	if ch != nil {
+		c = ch.(*shChannel).ch
+	}
+	q, err := d.d.CreateCQ(cqe, c, ctx, vec)
+	if err != nil {
+		return nil, err
+	}
+	w := &shCQ{q: q}
+	d.mu.Lock()
+	d.cqs[q.CQ] = w
+	d.mu.Unlock()
+	return w, nil
+}
+
+func (d *shDevice) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
+	e, err := d.d.GetAsyncEvent(ctx)
+	if err != nil {
+		return AsyncEvent{}, err
+	}
+	out := AsyncEvent{Type: e.Type, Port: e.Port}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e.QP != nil {
+		out.QP = d.qps[e.QP]
+	}
+	if e.CQ != nil {
+		out.CQ = d.cqs[e.CQ.CQ]
+	}
+	if e.SRQ != nil {
+		out.SRQ = d.srqs[e.SRQ]
+	}
+	return out, nil
+}
+
+func (d *shDevice) AckAsyncEvent(e AsyncEvent) {
+	// Rebuild the hca event from the wrapper objects.
+	he := hca.AsyncEvent{Type: e.Type, Port: e.Port}
+	if q, ok := e.QP.(*shQP); ok {
+		he.QP = q.q
+	}
+	if c, ok := e.CQ.(*shCQ); ok {
+		he.CQ = c.q
+	}
+	if s, ok := e.SRQ.(*shSRQ); ok {
+		he.SRQ = s.s
+	}
+	d.d.AckAsyncEvent(he)
+}
+
+type shPD struct {
+	p   *hca.PD
+	dev *shDevice
+}
+
+func (p *shPD) Dealloc() error { return p.p.Dealloc() }
+
+func (p *shPD) RegMR(buf []byte, access verbs.AccessFlags) (MR, error) {
+	m, err := p.p.RegMR(buf, access)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (p *shPD) CreateQP(init *QPInitAttr) (QP, error) {
+	hi := &hca.QPInitAttr{Context: init.Context, Cap: init.Cap, QPType: init.QPType, SQSigAll: init.SQSigAll}
+	if c, ok := init.SendCQ.(*shCQ); ok {
+		hi.SendCQ = c.q
+	}
+	if c, ok := init.RecvCQ.(*shCQ); ok {
+		hi.RecvCQ = c.q
+	}
+	if s, ok := init.SRQ.(*shSRQ); ok {
+		hi.SRQ = s.s
+	}
+	q, err := p.p.CreateQP(hi)
+	if err != nil {
+		return nil, err
+	}
+	w := &shQP{q: q}
+	p.dev.mu.Lock()
+	p.dev.qps[q] = w
+	p.dev.mu.Unlock()
+	return w, nil
+}
+
+func (p *shPD) CreateSRQ(attr verbs.SRQAttr, ctx any) (SRQ, error) {
+	s, err := p.p.CreateSRQ(&hca.SRQInitAttr{Attr: attr, Context: ctx})
+	if err != nil {
+		return nil, err
+	}
+	w := &shSRQ{s: s}
+	p.dev.mu.Lock()
+	p.dev.srqs[s] = w
+	p.dev.mu.Unlock()
+	return w, nil
+}
+
+func (p *shPD) CreateAH(attr verbs.AHAttr) (AH, error) {
+	a, err := p.p.CreateAH(attr)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+type shChannel struct {
+	ch  *cq.Channel
+	dev *shDevice
+}
+
+func (c *shChannel) GetEvent(ctx context.Context) (CQ, error) {
+	q, err := c.ch.GetEvent(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.dev.mu.Lock()
+	defer c.dev.mu.Unlock()
+	return c.dev.cqs[q], nil
+}
+func (c *shChannel) FD() int                { return c.ch.FD() }
+func (c *shChannel) SetNonBlocking(nb bool) { c.ch.SetNonBlocking(nb) }
+func (c *shChannel) Close() error           { return c.ch.Close() }
+
+type shCQ struct{ q *hca.CQ }
+
+func (c *shCQ) CQE() int                           { return c.q.CQE() }
+func (c *shCQ) Context() any                       { return c.q.Context() }
+func (c *shCQ) Poll(wcs []verbs.WC) int            { return c.q.Poll(wcs) }
+func (c *shCQ) ReqNotify(solicitedOnly bool) error { return c.q.ReqNotify(solicitedOnly) }
+func (c *shCQ) AckEvents(n int)                    { c.q.AckEvents(n) }
+func (c *shCQ) Resize(cqe int) error               { return c.q.Resize(cqe) }
+func (c *shCQ) Destroy(ctx context.Context) error  { return c.q.Destroy(ctx) }
+
+type shSRQ struct{ s *hca.SRQ }
+
+func (s *shSRQ) PostRecv(wr *verbs.RecvWR) (*verbs.RecvWR, error)   { return s.s.PostRecv(wr) }
+func (s *shSRQ) Modify(a *verbs.SRQAttr, m verbs.SRQAttrMask) error { return s.s.Modify(a, m) }
+func (s *shSRQ) Query() (verbs.SRQAttr, error)                      { return s.s.Query(), nil }
+func (s *shSRQ) Destroy(ctx context.Context) error                  { return s.s.Destroy(ctx) }
+
+type shQP struct{ q *hca.QP }
+
+func (q *shQP) Num() uint32 { return q.q.Num() }
+func (q *shQP) Query(verbs.QPAttrMask) (verbs.QPAttr, error) {
+	return q.q.Query(), nil
+}
+func (q *shQP) Modify(a *verbs.QPAttr, m verbs.QPAttrMask) error { return q.q.Modify(a, m) }
+func (q *shQP) PostSend(wr *verbs.SendWR) (*verbs.SendWR, error) { return q.q.PostSend(wr) }
+func (q *shQP) PostRecv(wr *verbs.RecvWR) (*verbs.RecvWR, error) { return q.q.PostRecv(wr) }
+func (q *shQP) AttachMcast(g verbs.GID, lid uint16) error        { return q.q.AttachMcast(g, lid) }
+func (q *shQP) DetachMcast(g verbs.GID, lid uint16) error        { return q.q.DetachMcast(g, lid) }
+func (q *shQP) Destroy(ctx context.Context) error                { return q.q.Destroy(ctx) }
