@@ -9,10 +9,20 @@
 //
 // Commands:
 //
-//	decode   print the RoCEv2 packets of pcap/pcapng files and check them
+//	decode       print the RoCEv2 packets of pcap/pcapng files and check them
+//	conformance  run the verbs conformance suite and print a table
 //
-// Further commands (demo, serve, devinfo, pingpong, perf, conformance,
-// trace) will follow as the device grows.
+// Further commands (demo, serve, devinfo, pingpong, perf, trace) will
+// follow as the device grows.
+//
+// # conformance
+//
+//	softhca conformance [-run REGEXP] [-v]
+//
+// conformance runs every case of package conformance against softhca in
+// process, prints PASS/FAIL/SKIP per case with its label (spec or
+// implementation-defined), and ends with "N passed, N failed, N skipped".
+// The exit status is 1 if any case failed.
 //
 // # decode
 //
@@ -62,6 +72,7 @@ type command struct {
 // commands lists the subcommands in the order usage shows them.
 var commands = []command{
 	{"decode", "print the RoCEv2 packets of pcap/pcapng files and check their ICRC", runDecode},
+	{"conformance", "run the verbs conformance suite against softhca and print a table", runConformance},
 }
 
 // Exit statuses shared by the commands.
