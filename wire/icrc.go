@@ -108,9 +108,12 @@ func putPseudoHeader(ph []byte, n *Net, ibLen int) int {
 		ph[8] = 0xff
 		ph[9] = ipProtoUDP
 		ph[10], ph[11] = 0xff, 0xff
-		s, d := n.Src.As4(), n.Dst.As4()
-		copy(ph[12:16], s[:])
-		copy(ph[16:20], d[:])
+		// As16, not As4, which panics on the zero Addr: the receive path
+		// gets n from outside, and a bad n must mean a bad ICRC, not a
+		// crash. For IPv4 addresses the last 4 bytes are the address.
+		s, d := n.Src.As16(), n.Dst.As16()
+		copy(ph[12:16], s[12:])
+		copy(ph[16:20], d[12:])
 	}
 	binary.BigEndian.PutUint16(ph[h:], n.SrcPort)
 	binary.BigEndian.PutUint16(ph[h+2:], n.DstPort)

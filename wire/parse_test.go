@@ -447,3 +447,22 @@ func TestAppendFrame(t *testing.T) {
 		}
 	}
 }
+
+// TestParseDatagramBadNet: a Net without valid addresses (which callers
+// should never pass) makes ParseDatagram drop the packet, not panic.
+func TestParseDatagramBadNet(t *testing.T) {
+	r := newRand(12)
+	tp := randPacket(r, wire.RCSendOnly, false, 64)
+	for _, n := range []wire.Net{
+		{},
+		{Src: tp.net.Src},
+		{Dst: tp.net.Dst},
+		{Src: tp.net.Src, Dst: netip.IPv6Loopback()},
+		{Src: netip.IPv6Loopback()},
+	} {
+		var p wire.Packet
+		require.NotPanics(t, func() {
+			require.Equal(t, wire.DropBadICRC, wire.ParseDatagram(tp.ib, &n, &p))
+		})
+	}
+}
