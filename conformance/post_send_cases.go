@@ -244,7 +244,7 @@ func init() {
 		},
 		Case{
 			Name:  "post_send/atomic/unaligned-remote-addr",
-			Cite:  `ibv_post_send(3): wr.atomic.remote_addr is the "start address of remote memory buffer"; IBTA 9.4.5/C9-?: the remote address of an atomic must be 8-byte aligned; rxe validate_send_wr: "misaligned atomic address" is EINVAL; ` + qpPostSendCite,
+			Cite:  `ibv_post_send(3): wr.atomic.remote_addr is the "start address of remote memory buffer"; IBTA 9.4.5: the remote address of an atomic must be 8-byte aligned; rxe validate_send_wr: "misaligned atomic address" is EINVAL; ` + qpPostSendCite,
 			Label: Spec,
 			Run: func(t *T, d Device) {
 				f, q := qpAt(t, d, verbs.QPTypeRC, qsRTS)
@@ -288,7 +288,7 @@ func init() {
 		},
 		Case{
 			Name:  "post_send/unsignaled-wrs-still-flushed",
-			Cite:  `ibv_create_qp(3): without sq_sig_all only WRs with IBV_SEND_SIGNALED generate a completion on success; IBTA 10.8.3/C10-?: a WR completed in error (including flushed) always generates a completion, signaled or not`,
+			Cite:  `ibv_create_qp(3): without sq_sig_all only WRs with IBV_SEND_SIGNALED generate a completion on success; IBTA 10.8.3: a WR completed in error (including flushed) always generates a completion, signaled or not`,
 			Label: Spec,
 			Run: func(t *T, d Device) {
 				f, q := qpAt(t, d, verbs.QPTypeRC, qsRTS)

@@ -479,7 +479,7 @@ func qpQueryCase(name string, typ verbs.QPType, st verbs.QPState) Case {
 func qpLastWQECase(typ verbs.QPType) Case {
 	return Case{
 		Name:  "modify_qp/ERR/with-srq-raises-LAST_WQE_REACHED/" + typ.String(),
-		Cite:  `ibv_get_async_event(3): IBV_EVENT_QP_LAST_WQE_REACHED "Last WQE Reached on a QP associated with an SRQ" (affiliated with the QP); IBTA 11.6.3.3 / C11-?: a QP on an SRQ that enters the Error state raises it once no more WQEs of the SRQ will be consumed`,
+		Cite:  `ibv_get_async_event(3): IBV_EVENT_QP_LAST_WQE_REACHED "Last WQE Reached on a QP associated with an SRQ" (affiliated with the QP); IBTA 11.6.3.3: a QP on an SRQ that enters the Error state raises it once no more WQEs of the SRQ will be consumed`,
 		Label: Spec,
 		Run: func(t *T, d Device) {
 			f := NewFixture(t, d)
