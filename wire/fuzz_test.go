@@ -71,20 +71,13 @@ func FuzzParse(f *testing.F) {
 		// The re-encoding is a fixed point.
 		require.Equal(t, out, wire.AppendFrame(nil, &q.Net, &h, q.Payload))
 		// And it is the input, but for what the fields do not keep.
-		ignore := notKept(frame[:len(out)], h.BTH.OpCode, len(q.Pad))
-		for i := range out {
-			if ignore[i] != 0xff {
-				require.Equal(t, frame[i]&^ignore[i], out[i]&^ignore[i], "byte %d of %x", i, out)
-			}
-		}
+		requireSameBut(t, frame[:len(out)], out, notKept(frame[:len(out)], h.BTH.OpCode, len(q.Pad)))
 	})
 }
 
 // notKept marks the bits of a good frame that Parse does not report and
 // AppendFrame therefore writes its own way: the IPv4 header checksum, the
-// UDP checksum, reserved bits and bytes (BTH Resv6 and Resv7, the DETH
-// reserved byte, FETH reserved bits, the CNP's reserved block), the pad
-// bytes, and the ICRC, which covers some of them.
+// UDP checksum, and what notKeptIB marks.
 func notKept(frame []byte, op wire.OpCode, pad int) []byte {
 	m := make([]byte, len(frame))
 	off := ibOffset(frame)
@@ -92,9 +85,18 @@ func notKept(frame []byte, op wire.OpCode, pad int) []byte {
 		m[10], m[11] = 0xff, 0xff
 	}
 	m[off-2], m[off-1] = 0xff, 0xff
-	m[off+4] |= 0x3f
-	m[off+8] |= 0x7f
-	h := off + 12
+	markNotKeptIB(m[off:], op, pad)
+	return m
+}
+
+// markNotKeptIB marks, in the mask m of an InfiniBand packet, the reserved
+// bits and bytes (BTH Resv6 and Resv7, the DETH reserved byte, FETH
+// reserved bits, the CNP's reserved block), the pad bytes, and the ICRC,
+// which covers some of them.
+func markNotKeptIB(m []byte, op wire.OpCode, pad int) {
+	m[4] |= 0x3f
+	m[8] |= 0x7f
+	h := 12
 	for _, name := range expectedOps[op].hdrs {
 		switch name {
 		case "DETH":
@@ -118,10 +120,20 @@ func notKept(frame []byte, op wire.OpCode, pad int) []byte {
 			h += 4
 		}
 	}
-	for i := len(frame) - 4 - pad; i < len(frame); i++ {
+	for i := len(m) - 4 - pad; i < len(m); i++ {
 		m[i] = 0xff
 	}
-	return m
+}
+
+// requireSameBut checks that got equals want except for the bits of mask.
+func requireSameBut(t *testing.T, want, got, mask []byte) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for i := range got {
+		if mask[i] != 0xff {
+			require.Equal(t, want[i]&^mask[i], got[i]&^mask[i], "byte %d of %x", i, got)
+		}
+	}
 }
 
 func FuzzParseTransport(f *testing.F) {
@@ -154,6 +166,9 @@ func FuzzParseTransport(f *testing.F) {
 		require.Equal(t, wire.DropNone, wire.ParseTransport(out, &q))
 		require.Equal(t, h, q.Headers())
 		require.Equal(t, payload, []byte(q.Payload))
+		mask := make([]byte, len(ib))
+		markNotKeptIB(mask, h.BTH.OpCode, len(p.Pad))
+		requireSameBut(t, ib, out, mask)
 	})
 }
 
@@ -228,6 +243,9 @@ func FuzzParseDatagram(f *testing.F) {
 		require.Equal(t, p.Net, q.Net, "the re-encoded packet gives back the same ID")
 		require.Equal(t, h, q.Headers())
 		require.Equal(t, payload, []byte(q.Payload))
+		mask := make([]byte, len(ib))
+		markNotKeptIB(mask, h.BTH.OpCode, len(p.Pad))
+		requireSameBut(t, ib, out, mask)
 		if !n.IsIPv6() {
 			id, ok := wire.SolveIPv4ID(&n, out)
 			require.True(t, ok)
