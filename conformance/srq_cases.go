@@ -238,24 +238,6 @@ func init() {
 			},
 		},
 		Case{
-			Name:  "post_recv/qp-on-an-srq-einval",
-			Cite:  `ibv_create_qp(3): with an SRQ the QP's receive queue attributes are ignored (it has no receive queue of its own); rxe_post_recv: "QP has SRQ, use post SRQ recv instead" is EINVAL`,
-			Label: ImplementationDefined,
-			Run: func(t *T, d Device) {
-				f := NewFixture(t, d)
-				s := nqSRQ(t, f, 4, 1)
-				q, err := f.PD.CreateQP(&QPInitAttr{SendCQ: f.CQ, RecvCQ: f.CQ, SRQ: s, Cap: DefaultCap, QPType: verbs.QPTypeRC})
-				ExpectOK(t, err, "create_qp with the SRQ")
-				f.Walk(t, q, verbs.QPTypeRC, verbs.QPStateInit, 0)
-				wr := &verbs.RecvWR{WRID: 5, SGList: []verbs.SGE{f.MR.SGE(0, 64)}}
-				bad, err := q.PostRecv(wr)
-				ExpectErrno(t, err, syscall.EINVAL, "post_recv to a QP that uses an SRQ")
-				if bad != wr {
-					t.Fatalf("bad_wr is %v, want the WR posted", nqRecvID(bad))
-				}
-			},
-		},
-		Case{
 			Name:  "destroy_srq/twice-fails",
 			Cite:  `ibv_create_srq(3): ibv_destroy_srq "returns 0 on success, or the value of errno on failure"; the SRQ no longer exists after the first call`,
 			Label: ImplementationDefined,

@@ -203,12 +203,17 @@ func (d *Device) CreateCQ(cqe int, ch *cq.Channel, ctx any, compVector int) (*CQ
 // it; otherwise it waits until every completion event and asynchronous
 // event taken for it was acknowledged, or ctx is done.
 func (c *CQ) Destroy(ctx context.Context) error {
-	if err := c.events.wait(ctx, &c.dev.ev, func(e *AsyncEvent) bool { return e.CQ == c }); err != nil {
+	// EBUSY comes first, as the kernel refuses before libibverbs waits.
+	if n := c.Users(); n > 0 {
+		return verbs.Errorf("destroy_cq", syscall.EBUSY, "%d QPs or SRQs still use the CQ", n)
+	}
+	if err := c.events.Wait(ctx); err != nil {
 		return err
 	}
 	if err := c.CQ.Destroy(ctx); err != nil {
 		return err
 	}
+	c.dev.ev.purge(func(e *AsyncEvent) bool { return e.CQ == c })
 	c.dev.release(&c.dev.counts.cq)
 	return nil
 }

@@ -134,18 +134,8 @@ func (e *AsyncEvent) counter() *acks.Counter {
 	return nil
 }
 
-// eventCounter counts an object's asynchronous events.
+// eventCounter counts an object's asynchronous events. Destroy waits
+// until those taken by GetAsyncEvent are acknowledged (libibverbs waits for
+// events_completed == events_reported) and then drops those never taken
+// from the queue (as the kernel's uverbs does when an object is destroyed).
 type eventCounter struct{ acks.Counter }
-
-// wait waits until the object's events taken by GetAsyncEvent are
-// acknowledged, then removes those never taken from the queue (as the
-// kernel's uverbs drops an object's pending events when it is destroyed,
-// and libibverbs waits for events_completed == events_reported). If ctx
-// ends first, nothing is removed.
-func (c *eventCounter) wait(ctx context.Context, q *asyncQueue, match func(*AsyncEvent) bool) error {
-	if err := c.Counter.Wait(ctx); err != nil {
-		return err
-	}
-	q.purge(match)
-	return nil
-}

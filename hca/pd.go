@@ -137,20 +137,24 @@ func (e *sgeError) Error() string {
 
 func mrError(s verbs.SGE, st mr.Status) error { return &sgeError{s, st} }
 
-// readInline returns the reader of inline send data for a PD: the bytes
-// an element names in a region of the PD (no access right is needed to
-// read local memory).
+// readInline returns the reader of inline send data for a PD. For inline
+// data "the L_Key will not be checked" (ibv_post_send(3)): the element is
+// found by address among the PD's regions, trying the L_Key's region
+// first. softhca reads only registered memory, so an address outside every
+// region of the PD fails the post.
 func (p *PD) readInline() func(verbs.SGE) ([]byte, error) {
 	t := p.dev.mrs
 	return func(s verbs.SGE) ([]byte, error) {
 		if s.Length == 0 {
 			return nil, nil
 		}
-		b, st := t.Lookup(s.LKey, p.handle, s.Addr, s.Length, 0)
-		if st != mr.OK {
-			return nil, mrError(s, st)
+		if b, st := t.Lookup(s.LKey, p.handle, s.Addr, s.Length, 0); st == mr.OK {
+			return b, nil
 		}
-		return b, nil
+		if b := t.FindByAddr(p.handle, s.Addr, s.Length); b != nil {
+			return b, nil
+		}
+		return nil, mrError(s, mr.BadBounds)
 	}
 }
 
@@ -207,7 +211,7 @@ func (s *SRQ) Destroy(ctx context.Context) error {
 	if n := s.Users(); n > 0 {
 		return verbs.Errorf("destroy_srq", syscall.EBUSY, "%d QPs still use the SRQ", n)
 	}
-	if err := s.events.wait(ctx, &d.ev, func(e *AsyncEvent) bool { return e.SRQ == s }); err != nil {
+	if err := s.events.Wait(ctx); err != nil {
 		return err
 	}
 	d.mu.Lock()
@@ -215,6 +219,7 @@ func (s *SRQ) Destroy(ctx context.Context) error {
 	if err := s.SRQ.Destroy(); err != nil {
 		return err
 	}
+	d.ev.purge(func(e *AsyncEvent) bool { return e.SRQ == s })
 	d.counts.srq--
 	s.pd.refs--
 	return nil
@@ -233,8 +238,8 @@ func (p *PD) CreateAH(attr verbs.AHAttr) (*AH, error) {
 		return nil, verbs.Errorf(op, syscall.EINVAL, "sgid_index %d holds no GID", attr.GRH.SGIDIndex)
 	case attr.GRH.DGID.IsZero():
 		return nil, verbs.Errorf(op, syscall.EINVAL, "dgid is zero")
-	case attr.PortNum > d.cfg.Attr.PhysPortCnt:
-		return nil, verbs.Errorf(op, syscall.EINVAL, "port_num %d does not exist", attr.PortNum)
+	case attr.PortNum < 1 || attr.PortNum > d.cfg.Attr.PhysPortCnt:
+		return nil, verbs.Errorf(op, syscall.EINVAL, "port_num %d does not exist (ports are 1..%d)", attr.PortNum, d.cfg.Attr.PhysPortCnt)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -371,6 +376,13 @@ func (q *QP) PD() *PD { return q.pd }
 // destroyed).
 func (q *QP) Destroy(ctx context.Context) error {
 	d := q.pd.dev
+	// EBUSY comes first: the kernel refuses before libibverbs waits.
+	d.mu.Lock()
+	groups := len(q.groups)
+	d.mu.Unlock()
+	if groups > 0 {
+		return verbs.Errorf("destroy_qp", syscall.EBUSY, "QP %#x is attached to %d multicast groups", q.Num(), groups)
+	}
 	if err := q.Events().Wait(ctx); err != nil {
 		return err
 	}

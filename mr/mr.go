@@ -222,3 +222,19 @@ func (t *Table) Lookup(key, pd uint32, va uint64, n uint32, need verbs.AccessFla
 	}
 	return m.buf[off : off+uint64(n) : off+uint64(n)], OK
 }
+
+// FindByAddr returns the n bytes at virtual address va inside any region
+// of protection domain pd, whatever its key, or nil. It walks every
+// region, so it is for inline data at post time, not for the data path.
+func (t *Table) FindByAddr(pd uint32, va uint64, n uint32) []byte {
+	for _, m := range *t.keys.Load() {
+		if m.pd != pd || !m.valid.Load() {
+			continue
+		}
+		off := va - m.addr
+		if va >= m.addr && off <= uint64(len(m.buf)) && uint64(n) <= uint64(len(m.buf))-off {
+			return m.buf[off : off+uint64(n) : off+uint64(n)]
+		}
+	}
+	return nil
+}

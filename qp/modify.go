@@ -36,7 +36,10 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	}
 	q.applyLocked(attr, mask)
 	if next != cur || next == verbs.QPStateReset {
-		q.setStateLocked(next)
+		// IBV_QP_EN_SQD_ASYNC_NOTIFY is an input of the one RTS->SQD
+		// modify it comes with (IBTA 11.2.5.2), not a lasting attribute.
+		notify := mask&verbs.AttrEnSQDAsyncNotify != 0 && attr.EnSQDAsyncNotify
+		q.setStateLocked(next, notify)
 	}
 	return nil
 }
@@ -129,8 +132,8 @@ func (q *QP) checkAV(av *verbs.AHAttr, name string) error {
 		return bad("sgid_index %d not below the GID table length %d", av.GRH.SGIDIndex, l.GIDTblLen)
 	case av.GRH.DGID.IsZero():
 		return bad("dgid is zero")
-	case av.PortNum > l.PhysPortCnt:
-		return bad("port_num %d exceeds %d", av.PortNum, l.PhysPortCnt)
+	case av.PortNum < 1 || av.PortNum > l.PhysPortCnt:
+		return bad("port_num %d not in 1..%d", av.PortNum, l.PhysPortCnt)
 	}
 	return nil
 }
@@ -145,7 +148,6 @@ func (q *QP) applyLocked(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 			f()
 		}
 	}
-	set(verbs.AttrEnSQDAsyncNotify, func() { t.EnSQDAsyncNotify = a.EnSQDAsyncNotify })
 	set(verbs.AttrAccessFlags, func() { t.QPAccessFlags = a.QPAccessFlags })
 	set(verbs.AttrPKeyIndex, func() { t.PKeyIndex = a.PKeyIndex })
 	set(verbs.AttrPort, func() { t.PortNum = a.PortNum })
@@ -177,11 +179,12 @@ func (q *QP) applyLocked(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 //     completed with IBV_WC_WR_FLUSH_ERR, in order (IBTA 10.3.1, C10-?;
 //     ibv_modify_qp(3)); a QP on an SRQ raises
 //     IBV_EVENT_QP_LAST_WQE_REACHED (IBTA 11.6.3.3);
-//   - RTS to SQD: the send queue is drained; with IBV_QP_EN_SQD_ASYNC_NOTIFY
-//     the QP raises IBV_EVENT_SQ_DRAINED once nothing is in flight.
+//   - RTS to SQD: the send queue is drained; when the modify asked for
+//     it (sqdNotify, IBV_QP_EN_SQD_ASYNC_NOTIFY) the QP raises
+//     IBV_EVENT_SQ_DRAINED once nothing is in flight.
 //
 // Preconditions: q.mu is held.
-func (q *QP) setStateLocked(next verbs.QPState) {
+func (q *QP) setStateLocked(next verbs.QPState, sqdNotify bool) {
 	prev := q.attr.QPState
 	q.attr.QPState = next
 	q.stateRO.Store(uint32(next))
@@ -202,7 +205,7 @@ func (q *QP) setStateLocked(next verbs.QPState) {
 	case verbs.QPStateSQD:
 		// Nothing is in flight until the transport engine starts work
 		// requests, so the send queue is drained at once.
-		if prev == verbs.QPStateRTS && q.attr.EnSQDAsyncNotify {
+		if prev == verbs.QPStateRTS && sqdNotify {
 			q.raiseLocked(verbs.EventSQDrained)
 		}
 	}

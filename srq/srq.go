@@ -144,6 +144,9 @@ func (s *SRQ) Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error {
 			return verbs.Errorf(op, syscall.EINVAL, "max_wr %d not in 1..%d", attr.MaxWR, s.devMaxWR)
 		case int(attr.MaxWR) < s.q.Len():
 			return verbs.Errorf(op, syscall.EINVAL, "max_wr %d is below the %d queued requests", attr.MaxWR, s.q.Len())
+		case mask&verbs.SRQLimit == 0 && s.limit > attr.MaxWR:
+			// rxe_srq_chk_attr: "max_wr < srq->limit".
+			return verbs.Errorf(op, syscall.EINVAL, "max_wr %d is below the armed srq_limit %d", attr.MaxWR, s.limit)
 		}
 		maxWR = attr.MaxWR
 	}
