@@ -1,0 +1,39 @@
+package clock
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestFakeFiresInOrder(t *testing.T) {
+	start := time.Unix(1000, 0)
+	c := NewFake(start)
+	var got []string
+	c.AfterFunc(3*time.Millisecond, func() { got = append(got, "c") })
+	c.AfterFunc(1*time.Millisecond, func() {
+		got = append(got, "a")
+		c.AfterFunc(1*time.Millisecond, func() { got = append(got, "b") }) // due at 2 ms
+	})
+	stopped := c.AfterFunc(2*time.Millisecond, func() { got = append(got, "x") })
+	require.True(t, stopped.Stop())
+	require.False(t, stopped.Stop())
+	require.Equal(t, 2, c.Pending())
+
+	c.Advance(2 * time.Millisecond)
+	require.Equal(t, []string{"a", "b"}, got)
+	require.Equal(t, start.Add(2*time.Millisecond), c.Now())
+	c.Advance(time.Millisecond)
+	require.Equal(t, []string{"a", "b", "c"}, got)
+	require.Equal(t, 0, c.Pending())
+}
+
+func TestFakeNowDuringCallback(t *testing.T) {
+	c := NewFake(time.Unix(0, 0))
+	var at time.Time
+	c.AfterFunc(5*time.Second, func() { at = c.Now() })
+	c.Advance(time.Minute)
+	require.Equal(t, time.Unix(5, 0), at, "a timer sees the time it was due")
+	require.Equal(t, time.Unix(60, 0), c.Now())
+}

@@ -1,0 +1,70 @@
+// Package link moves RoCEv2 packets between a device and the network. A
+// Link sends and receives whole InfiniBand packets (BTH through ICRC)
+// together with the IP and UDP fields around them (wire.Net); it knows
+// nothing of queue pairs.
+//
+// Implementations: link/udp (a UDP socket, unprivileged, the default),
+// link/pipe (an in-memory pair with seeded fault injection, for tests).
+//
+// # Ownership and threading
+//
+// Buffers belong to the caller in both directions, in the wireguard-go
+// style: Send may be called from several goroutines and is done with the
+// packets when it returns; Recv fills buffers the caller provides (each
+// Packet.Buf must have capacity for MaxPacketSize bytes) and is called by
+// one goroutine at a time. Close makes a blocked Recv return
+// net.ErrClosed and releases every goroutine the link started.
+package link
+
+import "github.com/softhca/softhca/wire"
+
+// MaxPacketSize is the largest InfiniBand packet a link carries: a 4096-byte
+// path MTU payload plus the largest header stack, pad and ICRC, rounded
+// up. A receive buffer must have at least this capacity.
+const MaxPacketSize = 4096 + 128
+
+// Packet is one RoCEv2 datagram.
+type Packet struct {
+	// Buf is the InfiniBand packet, BTH through ICRC.
+	Buf []byte
+	// Net holds the IP and UDP fields. On send, Src/SrcPort may be left
+	// zero for the link to fill with its own address; the ICRC in Buf
+	// must have been computed with the values the link will put on the
+	// wire (ID 0, DontFragment set). On receive, the link fills the
+	// addresses and ports; the IPv4 ID is unknown (0) unless the link sees
+	// IP headers.
+	Net wire.Net
+}
+
+// Link is a packet path between a device and its peers.
+type Link interface {
+	// Send transmits the packets in order. A packet the link cannot
+	// deliver is dropped and counted, not reported: the transport
+	// recovers lost packets. Send returns an error only when the link is
+	// closed or broken.
+	Send(pkts []Packet) error
+	// Recv blocks until at least one packet arrives, stores up to
+	// len(pkts) of them in the callers' buffers (reslicing each Buf to
+	// the packet's length) and returns how many.
+	Recv(pkts []Packet) (int, error)
+	// LocalAddr returns the IP address and UDP port the link receives on
+	// and sends from.
+	LocalAddr() (wire.Net, error)
+	// Stats returns the link's counters.
+	Stats() Stats
+	// Close closes the link.
+	Close() error
+}
+
+// Stats are a link's counters. Every dropped packet is counted under a
+// named reason.
+type Stats struct {
+	TxPackets, TxBytes uint64
+	RxPackets, RxBytes uint64
+	// TxDropped counts packets Send could not hand to the network.
+	TxDropped uint64
+	// RxTruncated counts received datagrams larger than the buffer.
+	RxTruncated uint64
+	// Injected fault counters (link/pipe).
+	InjectedLoss, InjectedDuplicate, InjectedReorder, InjectedCorrupt uint64
+}
