@@ -5,6 +5,10 @@ import (
 	"net/netip"
 	"reflect"
 
+	"github.com/softhca/softhca/internal/clock"
+	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/qp"
+
 	"github.com/softhca/softhca/verbs"
 )
 
@@ -35,6 +39,27 @@ type Config struct {
 	// bounds, LOCAL_WRITE) when data is placed, completing with
 	// IBV_WC_LOC_PROT_ERR as rxe does, instead of failing the post.
 	DeferRecvSGEChecks bool
+
+	// Link carries the device's packets. nil opens a device without a
+	// transport: every verb works, and posted work stays queued.
+	Link link.Link
+	// PeerPort is the UDP destination port of every packet: 4791 (the
+	// default) on a network; tests with several devices on one IP address
+	// give each its own port.
+	PeerPort uint16
+	// Clock drives the transport's timers; default the wall clock.
+	Clock clock.Clock
+	// Workers is the size of the transport's worker pool; default 2.
+	Workers int
+	// RxeRetryCompat makes retry_cnt 7 mean "retry forever", as rxe does
+	// (the spec's 7 is seven retries).
+	RxeRetryCompat bool
+	// RxeUDOversizeCompat completes a UD send longer than the path MTU
+	// successfully without sending it, as rxe does (the spec's answer is
+	// IBV_WC_LOC_LEN_ERR).
+	RxeUDOversizeCompat bool
+	// Trace is called for every packet the transport sends and receives.
+	Trace func(dir qp.Direction, p *link.Packet)
 }
 
 // DefaultDeviceAttr returns the attributes of a Linux rxe device on a

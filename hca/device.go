@@ -9,7 +9,9 @@ import (
 
 	"github.com/softhca/softhca/cq"
 	"github.com/softhca/softhca/mr"
+	"github.com/softhca/softhca/qp"
 	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
 )
 
 // firstQPN is the first QP number handed out: rxe numbers QPs from 0x11,
@@ -22,6 +24,7 @@ type Device struct {
 	gids []verbs.GID // index 0: link-local; then one per address
 	mrs  *mr.Table
 	ev   asyncQueue
+	eng  *qp.Engine // nil without a link
 
 	mu      sync.Mutex
 	closed  bool
@@ -33,6 +36,16 @@ type Device struct {
 
 // Open opens a device with the given configuration (ibv_open_device).
 func Open(cfg Config) (*Device, error) {
+	var local wire.Net
+	if cfg.Link != nil {
+		var err error
+		if local, err = cfg.Link.LocalAddr(); err != nil {
+			return nil, verbs.Errorf("open_device", syscall.EINVAL, "link address: %v", err)
+		}
+		if len(cfg.Addrs) == 0 {
+			cfg.Addrs = []netip.Addr{local.Src}
+		}
+	}
 	cfg = cfg.fill()
 	for _, a := range cfg.Addrs {
 		if !a.IsValid() {
@@ -54,7 +67,40 @@ func Open(cfg Config) (*Device, error) {
 	if len(d.gids) > int(cfg.PortAttr.GIDTblLen) {
 		return nil, verbs.Errorf("open_device", syscall.EINVAL, "%d addresses do not fit a GID table of %d", len(cfg.Addrs), cfg.PortAttr.GIDTblLen)
 	}
+	if cfg.Link != nil {
+		d.eng = qp.NewEngine(qp.EngineConfig{
+			Link:                cfg.Link,
+			Clock:               cfg.Clock,
+			MRs:                 d.mrs,
+			Local:               local,
+			PeerPort:            cfg.PeerPort,
+			Workers:             cfg.Workers,
+			ActiveMTU:           cfg.PortAttr.ActiveMTU,
+			Lookup:              d.lookupQP,
+			RxeRetryCompat:      cfg.RxeRetryCompat,
+			RxeUDOversizeCompat: cfg.RxeUDOversizeCompat,
+			Trace:               cfg.Trace,
+		})
+	}
 	return d, nil
+}
+
+// lookupQP is the transport's QP table.
+func (d *Device) lookupQP(qpn uint32) *qp.QP {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if w := d.qps[qpn]; w != nil {
+		return w.QP
+	}
+	return nil
+}
+
+// TransportStats returns the transport's counters (zero without a link).
+func (d *Device) TransportStats() qp.Stats {
+	if d.eng == nil {
+		return qp.Stats{}
+	}
+	return d.eng.Stats()
 }
 
 // linkLocalGID is fe80::/64 with the node GUID as interface identifier,
@@ -79,11 +125,16 @@ func (d *Device) Config() Config { return d.cfg }
 // working until destroyed; no new ones can be created.
 func (d *Device) Close() error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.closed {
+		d.mu.Unlock()
 		return verbs.Errorf("close_device", syscall.EINVAL, "device is already closed")
 	}
 	d.closed = true
+	d.mu.Unlock()
+	if d.eng != nil {
+		// Outside d.mu: the receive goroutine looks QPs up under it.
+		return d.eng.Close()
+	}
 	return nil
 }
 

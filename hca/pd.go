@@ -331,6 +331,7 @@ func (p *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 		OnEvent: func(_ *qp.QP, t verbs.EventType) {
 			d.ev.raise(AsyncEvent{Type: t, QP: w})
 		},
+		Engine: d.eng,
 	})
 	if err != nil {
 		d.counts.qp--

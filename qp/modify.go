@@ -188,14 +188,33 @@ func (q *QP) setStateLocked(next verbs.QPState, sqdNotify bool) {
 	prev := q.attr.QPState
 	q.attr.QPState = next
 	q.stateRO.Store(uint32(next))
+	e := q.eng.e
 	switch next {
 	case verbs.QPStateReset:
+		if e != nil {
+			q.stopTimerLocked()
+		}
 		q.sq.Reset()
 		q.rq.Reset()
 		q.attr = q.defaultAttr()
+		q.eng = engState{e: e, timer: q.eng.timer}
+	case verbs.QPStateRTR:
+		q.startResponderLocked()
+	case verbs.QPStateRTS:
+		if prev == verbs.QPStateRTR {
+			q.startRequesterLocked()
+		}
+		if e != nil {
+			e.kick(q)
+		}
 	case verbs.QPStateErr:
 		if prev == verbs.QPStateErr {
 			return
+		}
+		if e != nil {
+			q.stopTimerLocked()
+			q.eng.next, q.eng.off, q.eng.rdAtomic = 0, 0, 0
+			q.eng.resp.haveRecv = false
 		}
 		q.flushSendLocked()
 		q.flushRecvLocked()
@@ -203,8 +222,8 @@ func (q *QP) setStateLocked(next verbs.QPState, sqdNotify bool) {
 			q.raiseLocked(verbs.EventQPLastWQEReached)
 		}
 	case verbs.QPStateSQD:
-		// Nothing is in flight until the transport engine starts work
-		// requests, so the send queue is drained at once.
+		// The drain completes when nothing started is unacknowledged;
+		// without a transport nothing is ever in flight.
 		if prev == verbs.QPStateRTS && sqdNotify {
 			q.raiseLocked(verbs.EventSQDrained)
 		}

@@ -43,6 +43,7 @@ func (q *QP) PostSend(wr *verbs.SendWR) (*verbs.SendWR, error) {
 	}
 	var err error
 	bad := wr
+	posted := 0
 	for ; wr != nil; wr = wr.Next {
 		if err = q.validateSend(wr); err != nil {
 			bad = wr
@@ -53,12 +54,18 @@ func (q *QP) PostSend(wr *verbs.SendWR) (*verbs.SendWR, error) {
 			break
 		}
 		q.pushSendLocked(wr)
+		posted++
 	}
 	if err == nil {
 		bad = nil
 	}
-	if st == verbs.QPStateSQE || st == verbs.QPStateErr {
+	switch st {
+	case verbs.QPStateSQE, verbs.QPStateErr:
 		q.flushSendLocked()
+	case verbs.QPStateRTS:
+		if posted > 0 && q.eng.e != nil {
+			q.eng.e.kick(q) // ring the doorbell
+		}
 	}
 	return bad, err
 }

@@ -57,6 +57,8 @@ type Config struct {
 	// OnEvent raises an affiliated asynchronous event for the QP. It is
 	// called with the QP's lock held.
 	OnEvent func(q *QP, t verbs.EventType)
+	// Engine is the device's transport; nil leaves posted work queued.
+	Engine *Engine
 }
 
 // sendWQE is a send work queue element: a copy of the work request. Its
@@ -67,6 +69,7 @@ type sendWQE struct {
 	nsge      int
 	inlineLen int
 	signaled  bool
+	eng       wqeState // the transport's progress
 }
 
 // QP is a queue pair.
@@ -91,6 +94,7 @@ type QP struct {
 	sqInline  []byte      // slot i: sqInline[i*maxInline:]
 	rq        srq.Queue
 	destroyed bool
+	eng       engState // the transport's state; protected by mu
 }
 
 // New creates a QP in the RESET state (ibv_create_qp), enforcing the
@@ -141,6 +145,7 @@ func New(cfg Config) (*QP, error) {
 		rq:       srq.NewQueue(int(c.MaxRecvWR), int(c.MaxRecvSGE)),
 	}
 	q.attr = q.defaultAttr()
+	q.eng.e = cfg.Engine
 	if err := cfg.SendCQ.Acquire(); err != nil {
 		return nil, verbs.Errorf(op, syscall.EINVAL, "send_cq is destroyed")
 	}
@@ -271,6 +276,9 @@ func (q *QP) Destroy(ctx context.Context) error {
 		return verbs.Errorf(op, syscall.EINVAL, "QP %#x is already destroyed", q.num)
 	}
 	q.destroyed = true
+	if q.eng.e != nil {
+		q.stopTimerLocked()
+	}
 	q.sq.Reset()
 	q.rq.Reset()
 	q.sendCQ.RemoveUser()

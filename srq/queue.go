@@ -91,6 +91,24 @@ func (q *Queue) Take(dst *RecvWQE) bool {
 	return true
 }
 
+// TakeIfFits removes the oldest request into dst if its scatter list holds
+// at least need bytes. present reports whether there was a request at all.
+func (q *Queue) TakeIfFits(dst *RecvWQE, need uint64) (taken, present bool) {
+	if q.slots.Len() == 0 {
+		return false, false
+	}
+	s := q.slots.At(0)
+	i := q.slots.Index(0)
+	var n uint64
+	for _, sge := range q.sges[i*q.maxSGE : i*q.maxSGE+s.n] {
+		n += uint64(sge.Length)
+	}
+	if n < need {
+		return false, true
+	}
+	return q.Take(dst), true
+}
+
 // Drain removes every request, oldest first, calling f with each one's
 // work request ID (to flush them).
 func (q *Queue) Drain(f func(wrID uint64)) {

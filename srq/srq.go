@@ -113,6 +113,23 @@ func (s *SRQ) Take(dst *RecvWQE) bool {
 	return ok
 }
 
+// TakeIfFits takes the oldest request if it holds need bytes (a UD message
+// longer than the buffer is dropped and leaves the request queued), with
+// the limit event as Take.
+func (s *SRQ) TakeIfFits(dst *RecvWQE, need uint64) (taken, present bool) {
+	s.mu.Lock()
+	taken, present = s.q.TakeIfFits(dst, need)
+	fire := taken && s.limit > 0 && uint32(s.q.Len()) < s.limit
+	if fire {
+		s.limit = 0
+	}
+	s.mu.Unlock()
+	if fire && s.onLimit != nil {
+		s.onLimit(s)
+	}
+	return taken, present
+}
+
 // Len returns how many receive requests are queued.
 func (s *SRQ) Len() int {
 	s.mu.Lock()

@@ -25,6 +25,9 @@ type Timer interface {
 	// Stop cancels the call; it reports whether the call was still
 	// pending.
 	Stop() bool
+	// Reset makes the call happen once d from now (again, if it already
+	// ran or was stopped); it reports whether it was still pending.
+	Reset(d time.Duration) bool
 }
 
 // Real is the system clock.
@@ -79,6 +82,20 @@ func (t *fakeTimer) Stop() bool {
 	defer t.c.mu.Unlock()
 	was := t.pending
 	t.pending = false
+	return was
+}
+
+// Reset reschedules the timer d after the fake now.
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	c := t.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	was := t.pending
+	if !was {
+		c.timers = append(c.timers, t)
+	}
+	c.seq++
+	t.at, t.seq, t.pending = c.now.Add(d), c.seq, true
 	return was
 }
 

@@ -37,3 +37,19 @@ func TestFakeNowDuringCallback(t *testing.T) {
 	require.Equal(t, time.Unix(5, 0), at, "a timer sees the time it was due")
 	require.Equal(t, time.Unix(60, 0), c.Now())
 }
+
+func TestFakeReset(t *testing.T) {
+	c := NewFake(time.Unix(0, 0))
+	n := 0
+	tm := c.AfterFunc(time.Second, func() { n++ })
+	c.Advance(500 * time.Millisecond)
+	require.True(t, tm.Reset(time.Second)) // now due at 1.5 s
+	c.Advance(600 * time.Millisecond)
+	require.Equal(t, 0, n)
+	c.Advance(400 * time.Millisecond)
+	require.Equal(t, 1, n)
+	require.False(t, tm.Reset(time.Second), "reset after firing re-arms it")
+	c.Advance(time.Second)
+	require.Equal(t, 2, n)
+	require.Equal(t, 0, c.Pending())
+}

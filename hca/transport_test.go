@@ -1,0 +1,263 @@
+package hca_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softhca/softhca/hca"
+	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// chanLink is a lossless in-memory link for these tests.
+type chanLink struct {
+	local wire.Net
+	peer  *chanLink
+	mu    sync.Mutex
+	q     [][]byte
+	from  []wire.Net
+	ready chan struct{}
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newChanPair(a, b netip.Addr) (*chanLink, *chanLink) {
+	x := &chanLink{local: wire.Net{Src: a, SrcPort: 4791}, ready: make(chan struct{}, 1), done: make(chan struct{})}
+	y := &chanLink{local: wire.Net{Src: b, SrcPort: 4791}, ready: make(chan struct{}, 1), done: make(chan struct{})}
+	x.peer, y.peer = y, x
+	return x, y
+}
+
+func (l *chanLink) Send(pkts []link.Packet) error {
+	p := l.peer
+	p.mu.Lock()
+	for _, pk := range pkts {
+		p.q = append(p.q, append([]byte(nil), pk.Buf...))
+		p.from = append(p.from, l.local)
+	}
+	p.mu.Unlock()
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (l *chanLink) Recv(pkts []link.Packet) (int, error) {
+	for {
+		l.mu.Lock()
+		n := 0
+		for n < len(pkts) && len(l.q) > 0 {
+			pkts[n].Buf = pkts[n].Buf[:copy(pkts[n].Buf[:cap(pkts[n].Buf)], l.q[0])]
+			pkts[n].Net = wire.Net{Src: l.from[0].Src, SrcPort: l.from[0].SrcPort, Dst: l.local.Src, DstPort: 4791}
+			l.q, l.from = l.q[1:], l.from[1:]
+			n++
+		}
+		l.mu.Unlock()
+		if n > 0 {
+			return n, nil
+		}
+		select {
+		case <-l.ready:
+		case <-l.done:
+			return 0, net.ErrClosed
+		}
+	}
+}
+
+func (l *chanLink) LocalAddr() (wire.Net, error) { return l.local, nil }
+func (l *chanLink) Stats() link.Stats             { return link.Stats{} }
+func (l *chanLink) Close() error                  { l.once.Do(func() { close(l.done) }); return nil }
+
+// side is one end of a connection in these tests.
+type side struct {
+	dev *hca.Device
+	pd  *hca.PD
+	cq  *hca.CQ
+	mr  *hca.MR
+	buf []byte
+	qp  *hca.QP
+}
+
+func openSide(t *testing.T, l link.Link) *side {
+	t.Helper()
+	d, err := hca.Open(hca.Config{Link: l})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	s := &side{dev: d}
+	s.pd, err = d.AllocPD()
+	require.NoError(t, err)
+	s.cq, err = d.CreateCQ(1024, nil, nil, 0)
+	require.NoError(t, err)
+	s.buf = make([]byte, 1<<20)
+	s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
+	require.NoError(t, err)
+	return s
+}
+
+func (s *side) createQP(t *testing.T, typ verbs.QPType) {
+	t.Helper()
+	var err error
+	s.qp, err = s.pd.CreateQP(&hca.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: typ,
+		Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
+	require.NoError(t, err)
+}
+
+// connect brings a and b's QPs to RTS, pointed at each other.
+func connect(t *testing.T, a, b *side, typ verbs.QPType, mtu verbs.MTU) {
+	t.Helper()
+	a.createQP(t, typ)
+	b.createQP(t, typ)
+	for _, p := range [][2]*side{{a, b}, {b, a}} {
+		me, peer := p[0], p[1]
+		gid, err := peer.dev.QueryGID(1, 1)
+		require.NoError(t, err)
+		init := verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QKey: 0x1234,
+			QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+		mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
+		if typ == verbs.QPTypeUD {
+			mask |= verbs.AttrQKey
+		} else {
+			mask |= verbs.AttrAccessFlags
+		}
+		require.NoError(t, me.qp.Modify(&init, mask))
+		rtr := verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: mtu, DestQPNum: peer.qp.Num(), RQPSN: 100,
+			MaxDestRdAtomic: 8, MinRNRTimer: 1,
+			AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: 1, HopLimit: 64}}}
+		mask = verbs.AttrState
+		switch typ {
+		case verbs.QPTypeRC:
+			mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
+		case verbs.QPTypeUC:
+			mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+		}
+		require.NoError(t, me.qp.Modify(&rtr, mask))
+		rts := verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 8}
+		mask = verbs.AttrState | verbs.AttrSQPSN
+		if typ == verbs.QPTypeRC {
+			mask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
+		}
+		require.NoError(t, me.qp.Modify(&rts, mask))
+	}
+}
+
+// waitWC polls until n completions arrived (or the deadline of the test
+// context passes).
+func waitWC(t *testing.T, s *side, n int) []verbs.WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []verbs.WC
+	wcs := make([]verbs.WC, 64)
+	for len(out) < n {
+		if ctx.Err() != nil {
+			t.Fatalf("got %d of %d completions: %+v; transport %+v", len(out), n, out, s.dev.TransportStats().DropNames())
+		}
+		k := s.cq.Poll(wcs)
+		out = append(out, wcs[:k]...)
+	}
+	return out
+}
+
+func pair(t *testing.T) (*side, *side) {
+	la, lb := newChanPair(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"))
+	return openSide(t, la), openSide(t, lb)
+}
+
+func TestRCSendWriteReadAtomic(t *testing.T) {
+	for _, mtu := range []verbs.MTU{verbs.MTU1024, verbs.MTU4096} {
+		t.Run(mtu.String(), func(t *testing.T) {
+			a, b := pair(t)
+			connect(t, a, b, verbs.QPTypeRC, mtu)
+			for i := range a.buf[:200000] {
+				a.buf[i] = byte(i * 7)
+			}
+
+			// SEND of 10,000 bytes with immediate into two receive SGEs.
+			_, err := b.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.mr.SGE(0, 3000), b.mr.SGE(5000, 20000)}})
+			require.NoError(t, err)
+			_, err = a.qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSendWithImm, ImmData: 0xdeadbeef,
+				SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 10000)}})
+			require.NoError(t, err)
+			wc := waitWC(t, a, 1)[0]
+			require.Equal(t, verbs.WCSuccess, wc.Status, wc.Status.String())
+			require.Equal(t, uint64(2), wc.WRID)
+			require.Equal(t, verbs.WCSend, wc.Opcode)
+			rwc := waitWC(t, b, 1)[0]
+			require.Equal(t, verbs.WCSuccess, rwc.Status, rwc.Status.String())
+			require.Equal(t, uint32(10000), rwc.ByteLen)
+			require.Equal(t, verbs.WCFlagWithImm, rwc.WCFlags)
+			require.Equal(t, uint32(0xdeadbeef), rwc.ImmData)
+			require.Equal(t, a.qp.Num(), rwc.SrcQP)
+			require.Equal(t, a.buf[:3000], b.buf[:3000])
+			require.Equal(t, a.buf[3000:10000], b.buf[5000:12000])
+
+			// RDMA WRITE of 100,000 bytes.
+			_, err = a.qp.PostSend(&verbs.SendWR{WRID: 3, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.mr.SGE(0, 100000)}, RDMA: verbs.RDMAInfo{RemoteAddr: b.mr.Addr() + 200000, RKey: b.mr.RKey()}})
+			require.NoError(t, err)
+			wc = waitWC(t, a, 1)[0]
+			require.Equal(t, verbs.WCSuccess, wc.Status, wc.Status.String())
+			require.Equal(t, verbs.WCRDMAWrite, wc.Opcode)
+			require.True(t, bytes.Equal(a.buf[:100000], b.buf[200000:300000]))
+
+			// RDMA READ of 50,000 bytes back into a.
+			_, err = a.qp.PostSend(&verbs.SendWR{WRID: 4, Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.mr.SGE(500000, 50000)}, RDMA: verbs.RDMAInfo{RemoteAddr: b.mr.Addr() + 200000, RKey: b.mr.RKey()}})
+			require.NoError(t, err)
+			wc = waitWC(t, a, 1)[0]
+			require.Equal(t, verbs.WCSuccess, wc.Status, wc.Status.String())
+			require.Equal(t, verbs.WCRDMARead, wc.Opcode)
+			require.Equal(t, uint32(50000), wc.ByteLen)
+			require.True(t, bytes.Equal(a.buf[:50000], a.buf[500000:550000]))
+
+			// Atomics on b's word at offset 800000.
+			binary.NativeEndian.PutUint64(b.buf[800000:], 40)
+			_, err = a.qp.PostSend(&verbs.SendWR{WRID: 5, Opcode: verbs.WRAtomicFetchAndAdd, SendFlags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.mr.SGE(600000, 8)}, Atomic: verbs.AtomicInfo{RemoteAddr: b.mr.Addr() + 800000, RKey: b.mr.RKey(), CompareAdd: 2}})
+			require.NoError(t, err)
+			_, err = a.qp.PostSend(&verbs.SendWR{WRID: 6, Opcode: verbs.WRAtomicCmpAndSwp, SendFlags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.mr.SGE(600008, 8)}, Atomic: verbs.AtomicInfo{RemoteAddr: b.mr.Addr() + 800000, RKey: b.mr.RKey(), CompareAdd: 42, Swap: 7}})
+			require.NoError(t, err)
+			wcs := waitWC(t, a, 2)
+			for _, wc := range wcs {
+				require.Equal(t, verbs.WCSuccess, wc.Status, wc.Status.String())
+			}
+			require.Equal(t, uint64(40), binary.NativeEndian.Uint64(a.buf[600000:]), "fetch-and-add returns the old value")
+			require.Equal(t, uint64(42), binary.NativeEndian.Uint64(a.buf[600008:]), "compare-and-swap returns the old value")
+			require.Equal(t, uint64(7), binary.NativeEndian.Uint64(b.buf[800000:]), "the swap happened")
+		})
+	}
+}
+
+func TestUDSend(t *testing.T) {
+	a, b := pair(t)
+	connect(t, a, b, verbs.QPTypeUD, verbs.MTU1024)
+	gid, _ := b.dev.QueryGID(1, 1)
+	ah, err := a.pd.CreateAH(verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: 1}})
+	require.NoError(t, err)
+	_, err = b.qp.PostRecv(&verbs.RecvWR{WRID: 9, SGList: []verbs.SGE{b.mr.SGE(0, 40+512)}})
+	require.NoError(t, err)
+	copy(a.buf, "hello over UD")
+	_, err = a.qp.PostSend(&verbs.SendWR{WRID: 8, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(0, 13)}, UD: verbs.UDInfo{AH: ah, RemoteQPN: b.qp.Num(), RemoteQKey: 0x1234}})
+	require.NoError(t, err)
+	require.Equal(t, verbs.WCSuccess, waitWC(t, a, 1)[0].Status)
+	wc := waitWC(t, b, 1)[0]
+	require.Equal(t, verbs.WCSuccess, wc.Status)
+	require.Equal(t, uint32(40+13), wc.ByteLen)
+	require.Equal(t, verbs.WCFlagGRH, wc.WCFlags)
+	require.Equal(t, a.qp.Num(), wc.SrcQP)
+	require.Equal(t, "hello over UD", string(b.buf[40:53]))
+	require.Equal(t, make([]byte, 20), b.buf[:20], "IPv4: 20 zero bytes, then the IP header")
+	require.Equal(t, byte(0x45), b.buf[20])
+	require.Equal(t, []byte{10, 0, 0, 1}, b.buf[32:36], "source address in the GRH area")
+}

@@ -1,0 +1,425 @@
+package qp
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/softhca/softhca/internal/clock"
+	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/mr"
+	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
+)
+
+// The transport engine moves the bytes of every QP of a device over one
+// link: the requester segments send work requests into packets, the
+// responder executes incoming requests and answers them, and the completer
+// turns acknowledgements and responses into completions (IBTA chapter 9).
+//
+// Threading: one receive goroutine reads batches from the link, parses
+// them (ICRC included) and hands each packet to the worker that owns the
+// destination QP. Workers are a fixed pool; a QP is owned by worker
+// QPN % N, so all protocol work of a QP happens in order on one goroutine
+// however many QPs there are. Verbs calls and timers only queue events for
+// the owning worker. A worker handles an event under the QP's mutex, and
+// sends what the batch produced after releasing it.
+
+// EngineConfig describes the transport of a device.
+type EngineConfig struct {
+	Link  link.Link
+	Clock clock.Clock // default clock.Real{}
+	MRs   *mr.Table
+	// Local is the link's address: Src and SrcPort of every packet sent.
+	Local wire.Net
+	// PeerPort is the UDP destination port of every packet: 4791 on a real
+	// network; tests with several devices on one address use their own.
+	PeerPort uint16
+	// Workers is the size of the worker pool; default 2.
+	Workers int
+	// ActiveMTU is the port's MTU, the limit of a UD message.
+	ActiveMTU verbs.MTU
+	// Lookup returns the QP with a number, or nil.
+	Lookup func(qpn uint32) *QP
+	// RxeRetryCompat makes retry_cnt 7 retry forever, as rxe does; the
+	// spec's 7 is seven retries.
+	RxeRetryCompat bool
+	// RxeUDOversizeCompat completes an oversized UD send successfully
+	// without sending it, as rxe does; the spec's answer is a local
+	// length error.
+	RxeUDOversizeCompat bool
+	// Trace, if set, is called for every packet sent and received (for the
+	// demo's packet ladder and pcap writing). It runs on engine goroutines.
+	Trace func(dir Direction, p *link.Packet)
+}
+
+// Direction says whether a traced packet was sent or received.
+type Direction uint8
+
+// Directions.
+const (
+	Sent Direction = iota
+	Received
+)
+
+// DropCounter names why the engine dropped a received packet. Every
+// dropped packet increments exactly one counter.
+type DropCounter uint8
+
+// Engine drop reasons (wire's parse reasons are counted separately, by
+// wire.DropReason).
+const (
+	DropUnknownQP DropCounter = iota
+	DropQPState
+	DropAddress
+	DropPKey
+	DropQKey
+	DropTransportMismatch
+	DropUDNoReceive
+	DropUDTooLong
+	DropUCOutOfSequence
+	DropUCNoReceive
+	DropStaleResponse
+	DropDuplicate
+	DropOutOfSequence
+	DropRNR
+	numDropCounters
+)
+
+var dropCounterNames = [...]string{
+	"unknown destination QP", "QP state does not accept the packet", "source address is not the QP's peer",
+	"P_Key mismatch", "Q_Key mismatch", "opcode of another transport", "UD: no receive WQE",
+	"UD: message longer than the receive buffer", "UC: out of sequence", "UC: no receive WQE",
+	"stale or unexpected response", "duplicate request", "out-of-sequence request (NAKed)",
+	"no receive WQE (RNR NAKed)",
+}
+
+// String names the counter.
+func (d DropCounter) String() string { return dropCounterNames[d] }
+
+// Stats are the engine's counters.
+type Stats struct {
+	RxPackets, TxPackets uint64
+	// ParseDrops counts packets the codec rejected, by wire.DropReason.
+	ParseDrops [wire.NumDropReasons]uint64
+	// Drops counts packets the transport dropped, by DropCounter.
+	Drops [numDropCounters]uint64
+	// Transport events.
+	Retransmits, RetryTimeouts, RNRNAKsSent, RNRNAKsReceived   uint64
+	SeqNAKsSent, SeqNAKsReceived, AcksSent, DuplicatesAnswered uint64
+}
+
+// DropNames returns the non-zero drop counters by name.
+func (s Stats) DropNames() map[string]uint64 {
+	m := map[string]uint64{}
+	for i, v := range s.ParseDrops {
+		if v != 0 && i != int(wire.DropNone) {
+			m["parse: "+wire.DropReason(i).String()] = v
+		}
+	}
+	for i, v := range s.Drops {
+		if v != 0 {
+			m[DropCounter(i).String()] = v
+		}
+	}
+	return m
+}
+
+type counters struct {
+	rx, tx                                  atomic.Uint64
+	parse                                   [wire.NumDropReasons]atomic.Uint64
+	drops                                   [numDropCounters]atomic.Uint64
+	retransmits, retryTimeouts, rnrSent     atomic.Uint64
+	rnrRecv, seqSent, seqRecv, acks, dupAns atomic.Uint64
+}
+
+// Engine is a device's transport.
+type Engine struct {
+	cfg     EngineConfig
+	workers []*worker
+	c       counters
+	pool    sync.Pool // *rxBuf
+	done    chan struct{}
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+}
+
+// rxBuf is a received packet: its buffer and its parsed views.
+type rxBuf struct {
+	b [link.MaxPacketSize]byte
+	p wire.Packet
+}
+
+type eventKind uint8
+
+const (
+	evPacket eventKind = iota
+	evKick             // work was posted or a window opened
+	evTimer            // a QP timer fired
+)
+
+type event struct {
+	kind eventKind
+	q    *QP
+	rx   *rxBuf
+	gen  uint32 // timer generation
+}
+
+// worker owns a share of the QPs and runs their protocol work.
+type worker struct {
+	e      *Engine
+	mu     sync.Mutex
+	queue  []event // protected by mu
+	spare  []event
+	notify chan struct{}
+	tx     []link.Packet
+	txBufs [][]byte
+	dirty  []*QP // QPs with a pending ACK or requester work after the batch
+}
+
+const txBatch = 64
+
+// NewEngine starts the engine's workers and receive goroutine.
+func NewEngine(cfg EngineConfig) *Engine {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2
+	}
+	if cfg.PeerPort == 0 {
+		cfg.PeerPort = wire.RoCEv2Port
+	}
+	if !cfg.ActiveMTU.Valid() {
+		cfg.ActiveMTU = verbs.MTU1024
+	}
+	e := &Engine{cfg: cfg, done: make(chan struct{})}
+	e.pool.New = func() any { return new(rxBuf) }
+	for range cfg.Workers {
+		w := &worker{e: e, notify: make(chan struct{}, 1)}
+		w.txBufs = make([][]byte, txBatch)
+		for i := range w.txBufs {
+			w.txBufs[i] = make([]byte, link.MaxPacketSize)
+		}
+		e.workers = append(e.workers, w)
+		e.wg.Add(1)
+		go w.run()
+	}
+	e.wg.Add(1)
+	go e.receive()
+	return e
+}
+
+// Close stops the engine's goroutines. It closes the link.
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	err := e.cfg.Link.Close()
+	close(e.done)
+	e.wg.Wait()
+	return err
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Engine) Stats() Stats {
+	var s Stats
+	s.RxPackets, s.TxPackets = e.c.rx.Load(), e.c.tx.Load()
+	for i := range s.ParseDrops {
+		s.ParseDrops[i] = e.c.parse[i].Load()
+	}
+	for i := range s.Drops {
+		s.Drops[i] = e.c.drops[i].Load()
+	}
+	s.Retransmits, s.RetryTimeouts = e.c.retransmits.Load(), e.c.retryTimeouts.Load()
+	s.RNRNAKsSent, s.RNRNAKsReceived = e.c.rnrSent.Load(), e.c.rnrRecv.Load()
+	s.SeqNAKsSent, s.SeqNAKsReceived = e.c.seqSent.Load(), e.c.seqRecv.Load()
+	s.AcksSent, s.DuplicatesAnswered = e.c.acks.Load(), e.c.dupAns.Load()
+	return s
+}
+
+func (e *Engine) drop(d DropCounter) { e.c.drops[d].Add(1) }
+
+func (e *Engine) workerOf(q *QP) *worker { return e.workers[int(q.num)%len(e.workers)] }
+
+// post queues an event for the QP's worker.
+func (e *Engine) post(ev event) {
+	w := e.workerOf(ev.q)
+	w.mu.Lock()
+	w.queue = append(w.queue, ev)
+	w.mu.Unlock()
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+// kick tells the QP's worker that the requester may have work.
+func (e *Engine) kick(q *QP) { e.post(event{kind: evKick, q: q}) }
+
+// receive reads packets from the link and dispatches them.
+func (e *Engine) receive() {
+	defer e.wg.Done()
+	const batch = 32
+	pkts := make([]link.Packet, batch)
+	bufs := make([]*rxBuf, batch)
+	for {
+		for i := range pkts {
+			if bufs[i] == nil {
+				bufs[i] = e.pool.Get().(*rxBuf)
+			}
+			pkts[i].Buf = bufs[i].b[:]
+		}
+		n, err := e.cfg.Link.Recv(pkts)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || e.closed.Load() {
+				return
+			}
+			continue
+		}
+		for i := range n {
+			if e.dispatch(&pkts[i], bufs[i]) {
+				bufs[i] = nil // handed to a worker
+			}
+		}
+	}
+}
+
+// dispatch parses one packet and queues it for its QP's worker; it
+// reports whether the buffer was handed over.
+func (e *Engine) dispatch(lp *link.Packet, rb *rxBuf) bool {
+	e.c.rx.Add(1)
+	n := lp.Net
+	n.DontFragment = true
+	if r := wire.ParseDatagram(lp.Buf, &n, &rb.p); r != wire.DropNone {
+		e.c.parse[r].Add(1)
+		return false
+	}
+	if e.cfg.Trace != nil {
+		e.cfg.Trace(Received, lp)
+	}
+	q := e.cfg.Lookup(rb.p.BTH.DestQP())
+	if q == nil {
+		e.drop(DropUnknownQP)
+		return false
+	}
+	e.post(event{kind: evPacket, q: q, rx: rb})
+	return true
+}
+
+func (w *worker) run() {
+	defer w.e.wg.Done()
+	for {
+		select {
+		case <-w.notify:
+		case <-w.e.done:
+			return
+		}
+		for {
+			w.mu.Lock()
+			batch := w.queue
+			w.queue, w.spare = w.spare[:0], nil
+			w.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			for i := range batch {
+				w.handle(&batch[i])
+				batch[i] = event{}
+			}
+			w.finishBatch()
+			w.spare = batch[:0]
+		}
+	}
+}
+
+func (w *worker) handle(ev *event) {
+	q := ev.q
+	q.mu.Lock()
+	switch ev.kind {
+	case evPacket:
+		q.handlePacketLocked(w, &ev.rx.p)
+		w.e.pool.Put(ev.rx)
+	case evKick:
+		w.markDirty(q)
+	case evTimer:
+		q.handleTimerLocked(w, ev.gen)
+	}
+	q.mu.Unlock()
+}
+
+func (w *worker) markDirty(q *QP) {
+	if !q.eng.dirty {
+		q.eng.dirty = true
+		w.dirty = append(w.dirty, q)
+	}
+}
+
+// finishBatch runs the requesters of the QPs that may send, sends the
+// coalesced ACKs, and flushes the transmit batch.
+func (w *worker) finishBatch() {
+	for i, q := range w.dirty {
+		q.mu.Lock()
+		q.eng.dirty = false
+		q.flushAckLocked(w)
+		q.runRequesterLocked(w)
+		q.mu.Unlock()
+		w.dirty[i] = nil
+	}
+	w.dirty = w.dirty[:0]
+	w.flush()
+}
+
+// txSlot returns a buffer for the next packet, flushing a full batch.
+func (w *worker) txSlot() []byte {
+	if len(w.tx) == txBatch {
+		w.flush()
+	}
+	return w.txBufs[len(w.tx)]
+}
+
+// queueTx queues the packet built in txSlot's buffer (n bytes) for net.
+func (w *worker) queueTx(n int, dst *wire.Net) {
+	b := w.txBufs[len(w.tx)][:n]
+	w.tx = append(w.tx, link.Packet{Buf: b, Net: *dst})
+}
+
+// flush sends the queued packets.
+func (w *worker) flush() {
+	if len(w.tx) == 0 {
+		return
+	}
+	if w.e.cfg.Trace != nil {
+		for i := range w.tx {
+			w.e.cfg.Trace(Sent, &w.tx[i])
+		}
+	}
+	w.e.c.tx.Add(uint64(len(w.tx)))
+	_ = w.e.cfg.Link.Send(w.tx)
+	w.tx = w.tx[:0]
+}
+
+// netFor returns the IP/UDP fields for packets to a peer address.
+func (e *Engine) netFor(dst netip.Addr) wire.Net {
+	n := e.cfg.Local
+	n.Dst = dst
+	n.DstPort = e.cfg.PeerPort
+	n.DontFragment = true
+	n.ID = 0
+	if n.HopLimit == 0 {
+		n.HopLimit = 64
+	}
+	return n
+}
+
+// timeoutDuration is the transport timer: 4.096 us * 2^timeout (IBTA
+// 9.7.6.1.3); 0 means no timer.
+func timeoutDuration(timeout uint8) time.Duration {
+	if timeout == 0 {
+		return 0
+	}
+	return time.Duration(4096*(uint64(1)<<timeout)) * time.Nanosecond
+}
