@@ -74,8 +74,8 @@ func (l *chanLink) Recv(pkts []link.Packet) (int, error) {
 }
 
 func (l *chanLink) LocalAddr() (wire.Net, error) { return l.local, nil }
-func (l *chanLink) Stats() link.Stats             { return link.Stats{} }
-func (l *chanLink) Close() error                  { l.once.Do(func() { close(l.done) }); return nil }
+func (l *chanLink) Stats() link.Stats            { return link.Stats{} }
+func (l *chanLink) Close() error                 { l.once.Do(func() { close(l.done) }); return nil }
 
 // side is one end of a connection in these tests.
 type side struct {
