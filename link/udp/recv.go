@@ -1,0 +1,326 @@
+package udp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/wire"
+)
+
+// rxPending is a received datagram (GRO: possibly several coalesced) whose
+// segments have not all been handed to the caller.
+type rxPending struct {
+	buf           int // index of the internal buffer
+	off, end, seg int
+	net           wire.Net
+}
+
+// rxState is the reused state of Recv.
+type rxState struct {
+	// mu serialises Recv (callers call it from one goroutine at a time;
+	// the mutex makes misuse harmless). It guards every field below.
+	mu sync.Mutex
+
+	msgs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet6
+	ctrl  []byte // ctrlSize bytes per message, nil when unused
+
+	// GRO: datagrams land in bufs (groBufSize each) and wait in
+	// pend[ph:pn] until copied out.
+	gro    bool
+	bufs   []byte
+	pend   []rxPending
+	ph, pn int
+
+	// The read callback's input and results.
+	want, got int
+	block     bool
+	errno     syscall.Errno
+}
+
+func (r *rxState) init(batch int, gro, ctrl bool) {
+	r.msgs = make([]unix.Mmsghdr, batch)
+	r.iovs = make([]unix.Iovec, batch)
+	r.names = make([]unix.RawSockaddrInet6, batch)
+	if gro || ctrl {
+		r.ctrl = make([]byte, batch*ctrlSize)
+	}
+	r.gro = gro
+	if gro {
+		r.bufs = make([]byte, batch*groBufSize)
+		r.pend = make([]rxPending, batch)
+		for i := range r.iovs {
+			setIov(&r.iovs[i], r.bufs[i*groBufSize:(i+1)*groBufSize])
+		}
+	}
+	for i := range r.msgs {
+		h := &r.msgs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
+		h.Iov = &r.iovs[i]
+		h.SetIovlen(1)
+	}
+}
+
+// reset prepares messages [0, n) for recvmmsg, which overwrites the
+// lengths and flags.
+func (r *rxState) reset(n int) {
+	for i := range r.msgs[:n] {
+		h := &r.msgs[i].Hdr
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.Flags = 0
+		if r.ctrl != nil {
+			h.Control = &r.ctrl[i*ctrlSize]
+			h.SetControllen(ctrlSize)
+		}
+	}
+}
+
+// Recv blocks until at least one packet arrives, then stores up to
+// len(pkts) packets in the callers' buffers (each resliced to the
+// packet's length, Net filled) and returns how many. A datagram larger
+// than its buffer's capacity is dropped and counted as RxTruncated.
+func (l *Link) Recv(pkts []link.Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	r := &l.rx
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	if r.gro {
+		return l.recvGRO(pkts)
+	}
+	return l.recvDirect(pkts)
+}
+
+// recvDirect receives with recvmmsg straight into the caller's buffers.
+//
+// Preconditions: l.rx.mu is held.
+func (l *Link) recvDirect(pkts []link.Packet) (int, error) {
+	r := &l.rx
+	want := min(len(pkts), len(r.msgs))
+	for {
+		for i := range want {
+			b := pkts[i].Buf[:cap(pkts[i].Buf)]
+			if len(b) == 0 {
+				r.iovs[i] = unix.Iovec{}
+			} else {
+				setIov(&r.iovs[i], b)
+			}
+		}
+		r.reset(want)
+		if err := l.recvmmsg(want, true); err != nil {
+			return 0, err
+		}
+		n, bytes, trunc := 0, 0, 0
+		for i := range r.got {
+			h := &r.msgs[i]
+			size := int(h.Len)
+			if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+				trunc++
+				continue
+			}
+			b := pkts[i].Buf[:size]
+			if n != i {
+				// An earlier datagram was dropped: move this one up, so
+				// that the packets stay contiguous and every buffer stays
+				// in the caller's slot.
+				dst := pkts[n].Buf[:cap(pkts[n].Buf)]
+				if size > len(dst) {
+					trunc++
+					continue
+				}
+				b = dst[:copy(dst, b)]
+			}
+			pkts[n].Buf = b
+			l.parseMsg(i, &pkts[n].Net)
+			n++
+			bytes += size
+		}
+		for i := range r.iovs[:want] {
+			r.iovs[i].Base = nil
+		}
+		l.countRx(n, bytes, trunc)
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// recvGRO receives into the link's buffers and copies segments out.
+//
+// Preconditions: l.rx.mu is held.
+func (l *Link) recvGRO(pkts []link.Packet) (int, error) {
+	r := &l.rx
+	n := l.drain(pkts, 0)
+	for n < len(pkts) {
+		// Every pending segment has been copied out: all buffers are free.
+		want := min(len(pkts)-n, len(r.msgs))
+		r.reset(want)
+		if err := l.recvmmsg(want, n == 0); err != nil {
+			if n > 0 {
+				break // the error comes back on the next call
+			}
+			return 0, err
+		}
+		if r.got == 0 {
+			break // nothing more without blocking
+		}
+		r.ph, r.pn = 0, 0
+		trunc := 0
+		for i := range r.got {
+			h := &r.msgs[i]
+			if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+				trunc++
+				continue
+			}
+			p := &r.pend[r.pn]
+			r.pn++
+			p.buf, p.off, p.end = i, 0, int(h.Len)
+			p.seg = l.parseMsg(i, &p.net)
+		}
+		l.countRx(0, 0, trunc)
+		n = l.drain(pkts, n)
+		if n > 0 {
+			break
+		}
+	}
+	return n, nil
+}
+
+// drain copies pending segments into pkts[n:] and returns the new n.
+//
+// Preconditions: l.rx.mu is held.
+func (l *Link) drain(pkts []link.Packet, n int) int {
+	r := &l.rx
+	bytes, trunc, n0 := 0, 0, n
+	for n < len(pkts) && r.ph < r.pn {
+		p := &r.pend[r.ph]
+		end := p.end
+		if p.seg > 0 && p.off+p.seg < end {
+			end = p.off + p.seg
+		}
+		seg := r.bufs[p.buf*groBufSize+p.off : p.buf*groBufSize+end]
+		p.off = end
+		if p.off >= p.end {
+			r.ph++
+		}
+		dst := pkts[n].Buf[:cap(pkts[n].Buf)]
+		if len(seg) > len(dst) {
+			trunc++
+			continue
+		}
+		pkts[n].Buf = dst[:copy(dst, seg)]
+		pkts[n].Net = p.net
+		n++
+		bytes += len(seg)
+	}
+	l.countRx(n-n0, bytes, trunc)
+	return n
+}
+
+func (l *Link) countRx(n, bytes, trunc int) {
+	if n > 0 {
+		l.rxPackets.Add(uint64(n))
+		l.rxBytes.Add(uint64(bytes))
+	}
+	if trunc > 0 {
+		l.rxTruncate.Add(uint64(trunc))
+	}
+}
+
+// recvmmsg receives up to want messages into the prepared arrays,
+// waiting for the first one if block is set.
+//
+// Preconditions: l.rx.mu is held.
+func (l *Link) recvmmsg(want int, block bool) error {
+	r := &l.rx
+	r.want, r.block, r.got, r.errno = want, block, 0, 0
+	if err := l.rc.Read(l.readFn); err != nil {
+		return l.closedErr(err)
+	}
+	if r.errno != 0 {
+		return fmt.Errorf("link/udp: recvmmsg: %w", r.errno)
+	}
+	return nil
+}
+
+// read is the RawConn.Read callback.
+func (l *Link) read(fd uintptr) bool {
+	r := &l.rx
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd,
+			uintptr(unsafe.Pointer(&r.msgs[0])), uintptr(r.want), 0, 0, 0)
+		switch e {
+		case 0:
+			r.got = int(n)
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return !r.block
+		default:
+			r.errno = e
+			return true
+		}
+	}
+}
+
+// parseMsg fills n from message i's source address and control messages
+// and returns the GRO segment size (0: a single datagram).
+//
+// Preconditions: l.rx.mu is held.
+func (l *Link) parseMsg(i int, n *wire.Net) (seg int) {
+	r := &l.rx
+	sa := &r.names[i]
+	var src netip.Addr
+	var sport uint16
+	switch sa.Family {
+	case unix.AF_INET:
+		s4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		src, sport = netip.AddrFrom4(s4.Addr), getPort(&s4.Port)
+	case unix.AF_INET6:
+		src, sport = netip.AddrFrom16(sa.Addr).Unmap(), getPort(&sa.Port)
+	}
+	dst := l.local.Addr()
+	h := &r.msgs[i].Hdr
+	if h.Controllen > 0 && r.ctrl != nil {
+		c := r.ctrl[i*ctrlSize : i*ctrlSize+min(int(h.Controllen), ctrlSize)]
+		for len(c) >= unix.SizeofCmsghdr {
+			ch := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+			cl := int(ch.Len)
+			if cl < unix.SizeofCmsghdr || cl > len(c) {
+				break
+			}
+			d := c[unix.CmsgLen(0):cl]
+			switch {
+			case ch.Level == unix.IPPROTO_UDP && ch.Type == unix.UDP_GRO && len(d) >= 4:
+				seg = int(binary.NativeEndian.Uint32(d))
+			case ch.Level == unix.IPPROTO_IP && ch.Type == unix.IP_PKTINFO && len(d) >= unix.SizeofInet4Pktinfo:
+				pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&d[0]))
+				dst = netip.AddrFrom4(pi.Addr)
+			case ch.Level == unix.IPPROTO_IPV6 && ch.Type == unix.IPV6_PKTINFO && len(d) >= unix.SizeofInet6Pktinfo:
+				pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&d[0]))
+				dst = netip.AddrFrom16(pi.Addr).Unmap()
+			}
+			next := unix.CmsgSpace(cl - unix.SizeofCmsghdr)
+			if next >= len(c) {
+				break
+			}
+			c = c[next:]
+		}
+	}
+	*n = wire.Net{Src: src, Dst: dst, SrcPort: sport, DstPort: l.local.Port(), DontFragment: true}
+	return seg
+}

@@ -1,0 +1,276 @@
+package udp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/wire"
+)
+
+// Config describes a UDP link.
+type Config struct {
+	// Addr is the local address and port to bind; port 0 picks any free
+	// port (tests use that), RoCEv2 interop uses 4791. IPv4 or IPv6; the
+	// unspecified IPv6 address makes a dual-stack socket.
+	Addr netip.AddrPort
+	// RemotePort is the UDP destination port for sends whose Net.DstPort
+	// is 0: default 4791.
+	RemotePort uint16
+	// GSO and GRO ask for UDP_SEGMENT and UDP_GRO when the kernel offers
+	// them (probed at Open; Info says which are active).
+	GSO, GRO bool
+	// BatchSize is the largest number of datagrams per recvmmsg/sendmmsg:
+	// default 64, at most 1024.
+	BatchSize int
+}
+
+// Info describes an open link's socket.
+type Info struct {
+	// GSO and GRO report whether UDP_SEGMENT and UDP_GRO are in use. GSO
+	// can be switched off later, when the kernel refuses a super-packet.
+	GSO, GRO bool
+	// GSOMaxSegments and GSOMaxBytes bound one super-packet.
+	GSOMaxSegments, GSOMaxBytes int
+	// BatchSize is the recvmmsg/sendmmsg batch.
+	BatchSize int
+	// RecvBuffer and SendBuffer are SO_RCVBUF and SO_SNDBUF as the kernel
+	// reports them (twice the requested size: it counts overhead).
+	RecvBuffer, SendBuffer int
+	// NoUDPChecksum reports SO_NO_CHECK: IPv4 datagrams leave with UDP
+	// checksum 0. It is never set together with GSO, which Linux refuses
+	// on such sockets.
+	NoUDPChecksum bool
+	// DualStack reports an IPv6 socket that also carries IPv4.
+	DualStack bool
+	// PacketInfo reports a wildcard bind: the destination address of
+	// received datagrams comes from IP_PKTINFO/IPV6_PKTINFO, and sends
+	// with Net.Src set use it as their source address.
+	PacketInfo bool
+}
+
+const (
+	defaultBatch  = 64
+	maxBatch      = 1024 // UIO_MAXIOV, the kernel's limit on vlen
+	sockBufSize   = 4 << 20
+	gsoMaxSegs    = 64
+	gsoMaxBytes   = 65000
+	groBufSize    = 65536
+	ctrlSize      = 128 // per message: UDP_GRO/UDP_SEGMENT + PKTINFO
+	maxUDPPayload = 65507
+)
+
+// Link is a UDP socket carrying RoCEv2 packets. It implements link.Link.
+type Link struct {
+	conn *net.UDPConn
+	rc   syscall.RawConn
+
+	local      netip.AddrPort // unmapped
+	v6         bool           // the socket is AF_INET6
+	dual       bool
+	pktinfo    bool
+	scope      uint32 // the bound IPv6 address's scope, for zoneless link-local peers
+	remotePort uint16
+	batch      int
+
+	gso     atomic.Bool
+	gro     bool
+	noCheck bool
+	rcvBuf  int
+	sndBuf  int
+
+	closed atomic.Bool
+
+	txPackets, txBytes, txDropped  atomic.Uint64
+	rxPackets, rxBytes, rxTruncate atomic.Uint64
+
+	tx txState
+	rx rxState
+
+	// Method values made once, so that passing them to RawConn does not
+	// allocate.
+	writeFn, readFn func(fd uintptr) bool
+}
+
+var _ link.Link = (*Link)(nil)
+
+// Open creates the socket, binds it and probes the offloads.
+func Open(cfg Config) (*Link, error) {
+	if !cfg.Addr.IsValid() {
+		return nil, fmt.Errorf("link/udp: invalid address %v: %w", cfg.Addr, syscall.EINVAL)
+	}
+	if cfg.BatchSize < 0 || cfg.BatchSize > maxBatch {
+		return nil, fmt.Errorf("link/udp: batch size %d out of range 0..%d: %w", cfg.BatchSize, maxBatch, syscall.EINVAL)
+	}
+	l := &Link{batch: cfg.BatchSize, remotePort: cfg.RemotePort}
+	if l.batch == 0 {
+		l.batch = defaultBatch
+	}
+	if l.remotePort == 0 {
+		l.remotePort = wire.RoCEv2Port
+	}
+	addr := cfg.Addr.Addr().Unmap()
+	l.v6 = addr.Is6()
+	l.dual = l.v6 && addr.IsUnspecified()
+	l.pktinfo = addr.IsUnspecified()
+	network := "udp4"
+	if l.v6 {
+		network = "udp6"
+	}
+
+	var setupErr error
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		if err := c.Control(func(fd uintptr) { setupErr = l.setup(int(fd), cfg) }); err != nil {
+			return err
+		}
+		return setupErr
+	}}
+	bind := netip.AddrPortFrom(addr, cfg.Addr.Port()).String()
+	pc, err := lc.ListenPacket(context.Background(), network, bind)
+	if err != nil {
+		return nil, fmt.Errorf("link/udp: %w", err)
+	}
+	l.conn = pc.(*net.UDPConn)
+	if l.rc, err = l.conn.SyscallConn(); err != nil {
+		l.conn.Close()
+		return nil, fmt.Errorf("link/udp: %w", err)
+	}
+	la := l.conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	l.local = netip.AddrPortFrom(la.Addr().Unmap().WithZone(""), la.Port())
+	if z := la.Addr().Zone(); z != "" {
+		if ifi, err := net.InterfaceByName(z); err == nil {
+			l.scope = uint32(ifi.Index)
+		}
+	}
+	l.tx.init(l.batch)
+	l.rx.init(l.batch, l.gro, l.pktinfo)
+	l.writeFn = l.write
+	l.readFn = l.read
+	return l, nil
+}
+
+// setup sets the socket options before bind. It runs inside
+// RawConn.Control, on the fresh socket.
+func (l *Link) setup(fd int, cfg Config) error {
+	if l.dual {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0); err != nil {
+			return fmt.Errorf("IPV6_V6ONLY: %w", err)
+		}
+	}
+	if !l.v6 || l.dual {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
+			return fmt.Errorf("IP_MTU_DISCOVER: %w", err)
+		}
+	}
+	if l.v6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO); err != nil {
+			return fmt.Errorf("IPV6_MTU_DISCOVER: %w", err)
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1); err != nil {
+			return fmt.Errorf("IPV6_DONTFRAG: %w", err)
+		}
+	}
+	if l.pktinfo {
+		var err error
+		if l.v6 {
+			err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1)
+		} else {
+			err = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1)
+		}
+		if err != nil {
+			return fmt.Errorf("packet info: %w", err)
+		}
+	}
+	// Buffers: best effort.
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, sockBufSize) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, sockBufSize)
+	}
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sockBufSize) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, sockBufSize)
+	}
+	l.rcvBuf, _ = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+	l.sndBuf, _ = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+	// Offloads: a kernel without them answers ENOPROTOOPT.
+	if cfg.GSO {
+		if _, err := unix.GetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT); err == nil {
+			l.gso.Store(true)
+		}
+	}
+	if cfg.GRO {
+		if unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil {
+			l.gro = true
+		}
+	}
+	// Checksum 0 as RoCEv2 senders send it, unless GSO needs one.
+	if (!l.v6 || l.dual) && !l.gso.Load() {
+		l.noCheck = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1) == nil
+	}
+	return nil
+}
+
+// LocalAddr returns the address and port the link is bound to, as the
+// source fields of a wire.Net (Src, SrcPort, DontFragment). After a
+// wildcard bind Src is the unspecified address: the sender must then set
+// Net.Src per packet to the address its ICRC was computed with.
+func (l *Link) LocalAddr() (wire.Net, error) {
+	if l.closed.Load() {
+		return wire.Net{}, net.ErrClosed
+	}
+	return wire.Net{Src: l.local.Addr(), SrcPort: l.local.Port(), DontFragment: true}, nil
+}
+
+// Stats returns the link's counters.
+func (l *Link) Stats() link.Stats {
+	return link.Stats{
+		TxPackets:   l.txPackets.Load(),
+		TxBytes:     l.txBytes.Load(),
+		TxDropped:   l.txDropped.Load(),
+		RxPackets:   l.rxPackets.Load(),
+		RxBytes:     l.rxBytes.Load(),
+		RxTruncated: l.rxTruncate.Load(),
+	}
+}
+
+// Info describes the socket: active offloads, batch and buffer sizes.
+func (l *Link) Info() Info {
+	return Info{
+		GSO:            l.gso.Load(),
+		GRO:            l.gro,
+		GSOMaxSegments: gsoMaxSegs,
+		GSOMaxBytes:    gsoMaxBytes,
+		BatchSize:      l.batch,
+		RecvBuffer:     l.rcvBuf,
+		SendBuffer:     l.sndBuf,
+		NoUDPChecksum:  l.noCheck,
+		DualStack:      l.dual,
+		PacketInfo:     l.pktinfo,
+	}
+}
+
+// Close closes the socket; a blocked Recv or Send returns net.ErrClosed.
+// Closing twice is not an error.
+func (l *Link) Close() error {
+	if !l.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	if err := l.conn.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("link/udp: %w", err)
+	}
+	return nil
+}
+
+// closedErr turns an error from RawConn into net.ErrClosed when the link
+// is closed.
+func (l *Link) closedErr(err error) error {
+	if l.closed.Load() || errors.Is(err, net.ErrClosed) {
+		return net.ErrClosed
+	}
+	return fmt.Errorf("link/udp: %w", err)
+}
