@@ -1,0 +1,389 @@
+package pipe
+
+import (
+	"math"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/softhca/softhca/internal/clock"
+	"github.com/softhca/softhca/internal/ring"
+	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/wire"
+)
+
+// maxCorruptDraws bounds the redraws of an undetectable bit flip. A draw
+// is undetectable with probability at most 8/128 (the masked BTH byte of
+// the shortest packet) plus about 2^-16 (the IPv4 ID solve), so the bound
+// is never reached in practice; past it, a transport version bit is
+// flipped, which ParseTransport always rejects.
+const maxCorruptDraws = 64
+
+// minBuf is the smallest capacity of a packet copy, so that small buffers
+// are reused for most control packets.
+const minBuf = 256
+
+// direction carries the packets from src to dst.
+//
+// A packet (its copy in buf) moves through delayed (sorted by delivery
+// time), then held (the reordering window) and ready (received in order).
+// Lock order: mu before the clock's own lock (Send reads the clock and
+// arms timers with mu held; clock.Fake runs callbacks without its lock).
+type direction struct {
+	src, dst *Endpoint
+	clk      clock.Clock
+	capacity int
+	// rxNet is the Net a packet shows at dst.
+	rxNet wire.Net
+	// notify holds a token when dst may have something to receive.
+	notify chan struct{}
+	// done is closed when dst closes.
+	done chan struct{}
+	// timerWG counts armed timers whose callback has not returned.
+	timerWG sync.WaitGroup
+
+	mu sync.Mutex
+	// closed is set when dst closes. Protected by mu.
+	closed bool
+	// rng draws the faults. Protected by mu.
+	rng *rand.Rand
+	// queued counts the packets in delayed, held and ready. Protected by
+	// mu.
+	queued int
+	// delayed[dHead:] are the packets not yet arrived, by delivery time
+	// (stable). Protected by mu.
+	delayed []entry
+	dHead   int
+	// held is the reordering window, sorted by slot, then by seq
+	// descending. Protected by mu.
+	held []entry
+	// arrivals counts the packets that arrived at dst's end. Protected by
+	// mu.
+	arrivals uint64
+	// ready holds the packets to receive, in order; its capacity,
+	// Capacity+1, bounds queued. Protected by mu.
+	ready ring.Ring[[]byte]
+	// free holds packet buffers for reuse. Protected by mu.
+	free [][]byte
+	// timers are the armed delivery timers by id. Protected by mu.
+	timers  map[uint64]clock.Timer
+	timerID uint64
+	// scratch is ParseDatagram's output for corruption. Protected by mu.
+	scratch wire.Packet
+}
+
+// entry is one packet copy in the pipe.
+type entry struct {
+	buf []byte
+	// at is when the packet arrives (Delay).
+	at time.Time
+	// reorder says the packet was sent with ReorderWindow > 1, and hold
+	// is its hold then.
+	reorder bool
+	hold    uint64
+	// seq numbers the packet's arrival; slot = seq + hold is when it is
+	// released.
+	seq, slot uint64
+}
+
+func newDirection(src, dst *Endpoint, clk clock.Clock, capacity int, seed rand.Source) *direction {
+	return &direction{
+		src:      src,
+		dst:      dst,
+		clk:      clk,
+		capacity: capacity,
+		rxNet: wire.Net{
+			Src:          src.addr.Src,
+			SrcPort:      src.addr.SrcPort,
+			Dst:          dst.addr.Src,
+			DstPort:      dst.addr.SrcPort,
+			DontFragment: true,
+		},
+		notify: make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		rng:    rand.New(seed),
+		ready:  ring.New[[]byte](capacity + 1),
+		timers: make(map[uint64]clock.Timer),
+	}
+}
+
+// signal wakes dst's Recv.
+func (d *direction) signal() {
+	select {
+	case d.notify <- struct{}{}:
+	default:
+	}
+}
+
+// send runs pkts through admission and the faults f (see the package
+// comment) and queues what survives.
+func (d *direction) send(pkts []link.Packet, f *Faults, filter func(*link.Packet) Verdict) {
+	st := &d.src.stats
+	d.mu.Lock()
+	var now time.Time
+	if f.Delay > 0 {
+		now = d.clk.Now()
+	}
+	delayed := false
+	for i := range pkts {
+		b := pkts[i].Buf
+		if d.closed || len(b) > link.MaxPacketSize || d.queued >= d.capacity {
+			st.txDropped.Add(1)
+			continue
+		}
+		st.txPackets.Add(1)
+		st.txBytes.Add(uint64(len(b)))
+		buf := d.getBufLocked(len(b))
+		copy(buf, b)
+		if filter != nil {
+			p := link.Packet{Buf: buf, Net: d.rxNet}
+			if filter(&p) == Drop {
+				st.loss.Add(1)
+				d.putBufLocked(buf)
+				continue
+			}
+		}
+		if f.Loss > 0 && d.rng.Float64() < f.Loss {
+			st.loss.Add(1)
+			d.putBufLocked(buf)
+			continue
+		}
+		if f.Corrupt > 0 && d.rng.Float64() < f.Corrupt && d.corruptLocked(buf) {
+			st.corrupt.Add(1)
+		}
+		copies := 1
+		if f.Duplicate > 0 && d.rng.Float64() < f.Duplicate {
+			st.duplicate.Add(1)
+			copies = 2
+		}
+		for c := range copies {
+			if c == 1 {
+				dup := d.getBufLocked(len(buf))
+				copy(dup, buf)
+				buf = dup
+			}
+			e := entry{buf: buf, reorder: f.ReorderWindow > 1}
+			if e.reorder {
+				e.hold = uint64(d.rng.IntN(f.ReorderWindow))
+			}
+			d.queued++
+			if f.Delay > 0 {
+				e.at = now.Add(f.Delay)
+				d.insertDelayedLocked(e)
+				delayed = true
+			} else {
+				d.arriveLocked(e)
+			}
+		}
+	}
+	if delayed {
+		// One timer for the whole call: its packets share a delivery
+		// time.
+		id := d.timerID
+		d.timerID++
+		d.timerWG.Add(1)
+		d.timers[id] = d.clk.AfterFunc(f.Delay, func() { d.fire(id) })
+	}
+	wake := d.ready.Len() > 0 || len(d.held) > 0
+	d.mu.Unlock()
+	if wake {
+		d.signal()
+	}
+}
+
+// fire is the callback of delivery timer id: the packets whose time has
+// come arrive.
+func (d *direction) fire(id uint64) {
+	defer d.timerWG.Done()
+	d.mu.Lock()
+	delete(d.timers, id)
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	now := d.clk.Now()
+	for d.dHead < len(d.delayed) && !d.delayed[d.dHead].at.After(now) {
+		e := d.delayed[d.dHead]
+		d.delayed[d.dHead] = entry{}
+		d.dHead++
+		d.arriveLocked(e)
+	}
+	if d.dHead == len(d.delayed) {
+		d.delayed, d.dHead = d.delayed[:0], 0
+	}
+	wake := d.ready.Len() > 0 || len(d.held) > 0
+	d.mu.Unlock()
+	if wake {
+		d.signal()
+	}
+}
+
+// insertDelayedLocked adds e to delayed after every packet due no later.
+//
+// Preconditions: d.mu is held.
+func (d *direction) insertDelayedLocked(e entry) {
+	if d.dHead > 0 && 2*d.dHead >= len(d.delayed) {
+		n := copy(d.delayed, d.delayed[d.dHead:])
+		clear(d.delayed[n:])
+		d.delayed, d.dHead = d.delayed[:n], 0
+	}
+	i := len(d.delayed)
+	for i > d.dHead && d.delayed[i-1].at.After(e.at) {
+		i--
+	}
+	d.delayed = slices.Insert(d.delayed, i, e)
+}
+
+// arriveLocked takes a packet at dst's end into the reordering window and
+// releases what the window lets go.
+//
+// Preconditions: d.mu is held.
+func (d *direction) arriveLocked(e entry) {
+	e.seq = d.arrivals
+	d.arrivals++
+	if !e.reorder {
+		d.releaseLocked(len(d.held))
+		d.pushReadyLocked(e.buf)
+		return
+	}
+	e.slot = e.seq + e.hold
+	i := sort.Search(len(d.held), func(i int) bool { return d.held[i].slot >= e.slot })
+	d.held = slices.Insert(d.held, i, e)
+	m := sort.Search(len(d.held), func(i int) bool { return d.held[i].slot > e.seq })
+	d.releaseLocked(m)
+}
+
+// releaseLocked moves the first m held packets to ready, counting those
+// that overtake a packet that arrived before them (one still held after
+// them).
+//
+// Preconditions: d.mu is held.
+func (d *direction) releaseLocked(m int) {
+	if m == 0 {
+		return
+	}
+	low := uint64(math.MaxUint64)
+	for _, e := range d.held[m:] {
+		low = min(low, e.seq)
+	}
+	var overtakes uint64
+	for i := m - 1; i >= 0; i-- {
+		if low < d.held[i].seq {
+			overtakes++
+		}
+		low = min(low, d.held[i].seq)
+	}
+	for _, e := range d.held[:m] {
+		d.pushReadyLocked(e.buf)
+	}
+	d.held = slices.Delete(d.held, 0, m)
+	if overtakes > 0 {
+		d.src.stats.reorder.Add(overtakes)
+	}
+}
+
+// Preconditions: d.mu is held.
+func (d *direction) pushReadyLocked(buf []byte) {
+	if !d.ready.Push(buf) {
+		panic("pipe: ready queue overflow") // queued <= Capacity+1
+	}
+}
+
+// take copies up to len(pkts) ready packets into pkts, releasing the held
+// packets when none is ready.
+func (d *direction) take(pkts []link.Packet) (int, error) {
+	st := &d.dst.stats
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return 0, net.ErrClosed
+	}
+	n := 0
+	for n < len(pkts) {
+		if d.ready.Len() == 0 {
+			if len(d.held) == 0 {
+				break
+			}
+			d.releaseLocked(len(d.held))
+		}
+		buf, _ := d.ready.Pop()
+		d.queued--
+		p := &pkts[n]
+		if cap(p.Buf) < len(buf) {
+			st.rxTruncated.Add(1)
+			d.putBufLocked(buf)
+			continue
+		}
+		p.Buf = append(p.Buf[:0], buf...)
+		p.Net = d.rxNet
+		st.rxPackets.Add(1)
+		st.rxBytes.Add(uint64(len(buf)))
+		d.putBufLocked(buf)
+		n++
+	}
+	return n, nil
+}
+
+// close discards everything on its way to dst and stops the timers, then
+// waits for a running timer callback.
+func (d *direction) close() {
+	d.mu.Lock()
+	d.closed = true
+	for id, t := range d.timers {
+		if t.Stop() {
+			d.timerWG.Done()
+		}
+		delete(d.timers, id)
+	}
+	d.delayed, d.dHead, d.held, d.free = nil, 0, nil, nil
+	d.ready.Reset()
+	d.queued = 0
+	d.mu.Unlock()
+	close(d.done)
+	d.timerWG.Wait()
+}
+
+// Preconditions: d.mu is held.
+func (d *direction) getBufLocked(n int) []byte {
+	if k := len(d.free); k > 0 {
+		b := d.free[k-1]
+		d.free[k-1] = nil
+		d.free = d.free[:k-1]
+		if cap(b) >= n {
+			return b[:n]
+		}
+	}
+	return make([]byte, n, max(n, minBuf))
+}
+
+// Preconditions: d.mu is held.
+func (d *direction) putBufLocked(b []byte) {
+	if !d.closed && len(d.free) <= d.capacity {
+		d.free = append(d.free, b)
+	}
+}
+
+// corruptLocked flips one bit of b that the receiver's ParseDatagram
+// detects (any bit if b does not parse anyway) and reports whether it
+// flipped one (not for an empty b).
+//
+// Preconditions: d.mu is held.
+func (d *direction) corruptLocked(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	valid := wire.ParseDatagram(b, &d.rxNet, &d.scratch) == wire.DropNone
+	for range maxCorruptDraws {
+		i := d.rng.IntN(8 * len(b))
+		b[i/8] ^= 1 << (i % 8)
+		if !valid || wire.ParseDatagram(b, &d.rxNet, &d.scratch) != wire.DropNone {
+			return true
+		}
+		b[i/8] ^= 1 << (i % 8)
+	}
+	b[1] ^= 1 // BTH TVer: a valid packet is at least a BTH and ICRC long
+	return true
+}
