@@ -50,16 +50,21 @@ func (r *receiver) waitFor(n uint64) {
 	}
 }
 
-// settleGoroutines gives goroutines that are finishing the chance to exit,
-// and returns how many remain.
-func settleGoroutines(limit int) int {
-	for range 10000 {
-		if runtime.NumGoroutine() <= limit {
-			break
-		}
+// checkGoroutines fails the test if more than limit goroutines remain.
+// Goroutines that have done their work may take a moment to exit (the
+// receivers, the timer goroutines of clock.Real), so it yields until the
+// count drops, giving up after a generous deadline, a bound on a hang and
+// not a timing assertion. On failure it prints the stacks.
+func checkGoroutines(t *testing.T, limit int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > limit && time.Now().Before(deadline) {
 		runtime.Gosched()
 	}
-	return runtime.NumGoroutine()
+	if n := runtime.NumGoroutine(); n > limit {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines left behind, want at most %d:\n%s", n, limit, buf[:runtime.Stack(buf, true)])
+	}
 }
 
 // TestConcurrency: several goroutines per endpoint send while each
@@ -132,7 +137,7 @@ func TestConcurrency(t *testing.T) {
 				require.Equal(t, want[i], rxs[i].n.Load())
 				require.Equal(t, want[i], e.Stats().RxPackets)
 			}
-			require.LessOrEqual(t, settleGoroutines(before), before, "goroutines left behind")
+			checkGoroutines(t, before)
 		})
 	}
 }
@@ -154,7 +159,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	require.ErrorIs(t, <-rxb.done, net.ErrClosed)
 	require.Zero(t, clk.Pending())
 	require.Zero(t, rxa.n.Load()+rxb.n.Load())
-	require.LessOrEqual(t, settleGoroutines(before), before, "goroutines left behind")
+	checkGoroutines(t, before)
 
 	// With the real clock, timers armed for an hour are stopped too: the
 	// test would otherwise still pass, but Close must not wait for them.
@@ -162,7 +167,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	sendN(t, a, &nab, 0, 20)
 	require.NoError(t, a.Close())
 	require.NoError(t, b.Close())
-	require.LessOrEqual(t, settleGoroutines(before), before, "goroutines left behind")
+	checkGoroutines(t, before)
 }
 
 // TestZeroAllocs: once warm, sending and receiving allocate nothing, with
