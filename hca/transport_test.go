@@ -87,7 +87,7 @@ type side struct {
 	qp  *hca.QP
 }
 
-func openSide(t *testing.T, l link.Link) *side {
+func openSide(t *testing.T, l link.Link, memSize int) *side {
 	t.Helper()
 	d, err := hca.Open(hca.Config{Link: l})
 	require.NoError(t, err)
@@ -97,7 +97,7 @@ func openSide(t *testing.T, l link.Link) *side {
 	require.NoError(t, err)
 	s.cq, err = d.CreateCQ(1024, nil, nil, 0)
 	require.NoError(t, err)
-	s.buf = make([]byte, 1<<20)
+	s.buf = make([]byte, memSize)
 	s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
 	require.NoError(t, err)
 	return s
@@ -169,7 +169,7 @@ func waitWC(t *testing.T, s *side, n int) []verbs.WC {
 
 func pair(t *testing.T) (*side, *side) {
 	la, lb := newChanPair(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"))
-	return openSide(t, la), openSide(t, lb)
+	return openSide(t, la, 1<<20), openSide(t, lb, 1<<20)
 }
 
 func TestRCSendWriteReadAtomic(t *testing.T) {

@@ -31,11 +31,19 @@ type engState struct {
 	next       int      // SQ position (from the head) of the WQE being sent
 	off        uint32   // bytes of that WQE already sent
 	ackPSN     wire.PSN // oldest PSN not yet acknowledged
-	rdAtomic   int      // READ and ATOMIC requests outstanding
+	rdAtomic   int      // READ and ATOMIC requests started and not completed
 	retries    int      // retransmissions left (-1: forever)
 	rnrRetries int      // RNR retries left (-1: forever)
 	rnrWait    bool     // waiting out an RNR NAK's timer
 	rnrPSN     wire.PSN
+	nakValid   bool // nakPSN holds the last sequence NAK handled
+	nakPSN     wire.PSN
+	// goBackPending: a retransmission timeout wants a go-back to ackPSN
+	// once the current batch is handled.
+	goBackPending bool
+	// retrying: a sequence NAK started a retry and no progress was made
+	// since.
+	retrying   bool
 	timer      clock.Timer
 	timerArmed bool
 	deadline   time.Time
@@ -52,6 +60,11 @@ type wqeState struct {
 	lastPSN  wire.PSN
 	respNext wire.PSN // READ: next response PSN expected
 	length   uint32
+	// rerequested: a READ or ATOMIC was asked for again after a missing
+	// response, and no response has arrived since.
+	rerequested bool
+	// seen: READ responses received beyond respNext (bit k: respNext+k).
+	seen [2]uint64
 }
 
 func (w *sendWQE) isReadAtomic() bool {
@@ -79,6 +92,7 @@ func (q *QP) startRequesterLocked() {
 }
 
 func (s *engState) resetRetriesLocked(q *QP) {
+	s.retrying = false
 	s.retries = int(q.attr.RetryCnt)
 	if q.attr.RetryCnt == 7 && s.e != nil && s.e.cfg.RxeRetryCompat {
 		s.retries = -1
@@ -109,6 +123,12 @@ func (q *QP) runRequesterLocked(w *worker) {
 	if st != verbs.QPStateRTS && st != verbs.QPStateSQD {
 		return
 	}
+	if s.goBackPending {
+		s.goBackPending = false
+		if s.psn != s.ackPSN {
+			q.goBackLocked(s.ackPSN)
+		}
+	}
 	for s.next < q.sq.Len() && q.attr.QPState == st {
 		wqe := q.sq.At(s.next)
 		if !wqe.eng.started {
@@ -125,7 +145,7 @@ func (q *QP) runRequesterLocked(w *worker) {
 				continue // completed with an error (or, for UD, dropped)
 			}
 		}
-		if q.typ == verbs.QPTypeRC && uint32(s.psn.Diff(s.ackPSN)) >= maxUnackedPSNs {
+		if q.typ == verbs.QPTypeRC && s.psn.Diff(s.ackPSN) >= maxUnackedPSNs {
 			break
 		}
 		q.sendPacketLocked(w, wqe)
@@ -166,6 +186,12 @@ func (q *QP) startWQELocked(w *worker, wqe *sendWQE) bool {
 	n := packetsFor(length, mtu) // a READ takes one PSN per response packet
 	if wqe.wr.Opcode.IsAtomic() {
 		n = 1
+	}
+	// A new WQE's PSNs follow the previous WQE's.
+	if s.next > 0 {
+		if prev := q.sq.At(s.next - 1); prev.eng.started {
+			s.psn = prev.eng.lastPSN.Add(1)
+		}
 	}
 	wqe.eng = wqeState{started: true, firstPSN: s.psn, lastPSN: s.psn.Add(n - 1), respNext: s.psn, length: length}
 	s.off = 0
@@ -318,7 +344,10 @@ func (q *QP) sendPacketLocked(w *worker, wqe *sendWQE) {
 		h.BTH.OpCode = q.opFor(wqe, pos)
 		h.BTH.AckReq = true
 		if wqe.wr.Opcode == verbs.WRRDMARead {
-			h.RETH = wire.RETHFields{VirtualAddress: wqe.wr.RDMA.RemoteAddr, RKey: wqe.wr.RDMA.RKey, DMALength: total}
+			// A READ sent again asks only for what is missing: s.psn is
+			// then the first missing response's PSN.
+			done := min(uint32(s.psn.Diff(wqe.eng.firstPSN))*mtu, total)
+			h.RETH = wire.RETHFields{VirtualAddress: wqe.wr.RDMA.RemoteAddr + uint64(done), RKey: wqe.wr.RDMA.RKey, DMALength: total - done}
 		} else {
 			h.AtomicETH = wire.AtomicETHFields{VirtualAddress: wqe.wr.Atomic.RemoteAddr, RKey: wqe.wr.Atomic.RKey,
 				SwapAddData: wqe.wr.Atomic.CompareAdd, CompareData: wqe.wr.Atomic.Swap}
@@ -402,6 +431,12 @@ func (q *QP) sendPacketLocked(w *worker, wqe *sendWQE) {
 // Preconditions: q.mu is held; the send queue is not empty.
 func (q *QP) completeHeadSendLocked(status verbs.WCStatus) {
 	wqe := q.sq.At(0)
+	if wqe.eng.started && wqe.isReadAtomic() && q.eng.rdAtomic > 0 {
+		// A READ or ATOMIC is outstanding until it completes, in order,
+		// not when its response arrives: the responder keeps only
+		// max_dest_rd_atomic of them to replay (IBTA 9.7.7.x).
+		q.eng.rdAtomic--
+	}
 	if wqe.signaled || status != verbs.WCSuccess {
 		wc := verbs.WC{
 			WRID:    wqe.wr.WRID,
@@ -411,6 +446,14 @@ func (q *QP) completeHeadSendLocked(status verbs.WCStatus) {
 			QPNum:   q.num,
 		}
 		q.sendCQ.Push(&wc, false)
+	}
+	if q.eng.next == 0 && wqe.eng.started {
+		// The requester was about to send this WQE again (after a
+		// go-back): what follows starts after its PSNs.
+		if after := wqe.eng.lastPSN.Add(1); after.Diff(q.eng.psn) > 0 {
+			q.eng.psn = after
+		}
+		q.eng.off = 0
 	}
 	q.sq.Drop(1)
 	if q.eng.next > 0 {
@@ -493,7 +536,10 @@ func (q *QP) handleTimerLocked(w *worker, _ uint32) {
 		w.markDirty(q)
 		return
 	}
-	if s.psn == s.ackPSN || q.sq.Len() == 0 {
+	// A READ or ATOMIC whose response arrived completes here if nothing
+	// else completed it.
+	q.ackUpToLocked(w, s.ackPSN.Sub(1))
+	if s.psn == s.ackPSN || q.sq.Len() == 0 || q.attr.QPState == verbs.QPStateErr {
 		return
 	}
 	s.e.c.retryTimeouts.Add(1)
@@ -504,13 +550,20 @@ func (q *QP) handleTimerLocked(w *worker, _ uint32) {
 	if s.retries > 0 {
 		s.retries--
 	}
-	q.goBackLocked(s.ackPSN)
+	// The go-back happens after the rest of this batch: a response in
+	// the same batch must still be judged against what was sent.
+	s.goBackPending = true
 	w.markDirty(q)
 }
 
 // goBackLocked rewinds the requester to resend from psn (go-back-N, IBTA
-// 9.7.6.1): the WQE holding psn restarts there (READ and ATOMIC restart
-// whole), and every later WQE is sent again.
+// 9.7.6.1): the WQE holding psn restarts there and every later WQE is sent
+// again. A READ asks again only for the responses still missing (a new
+// request whose PSN, address and length start at the first missing
+// response); an ATOMIC is sent again whole (the responder replays its
+// result). An unfinished READ or ATOMIC before psn is where the requester
+// goes back to; finished ones awaiting earlier acknowledgements are
+// skipped.
 //
 // Preconditions: q.mu is held.
 func (q *QP) goBackLocked(psn wire.PSN) {
@@ -521,32 +574,33 @@ func (q *QP) goBackLocked(psn wire.PSN) {
 		if !wqe.eng.started {
 			break
 		}
-		if psn.Diff(wqe.eng.lastPSN) > 0 {
+		if wqe.isReadAtomic() {
+			if wqe.eng.done {
+				continue
+			}
+			// An unfinished READ or ATOMIC before psn restarts here too:
+			// resending later requests does not bring its responses.
+		} else if psn.Diff(wqe.eng.lastPSN) > 0 {
 			continue
 		}
-		// This WQE holds psn (or psn was before it): restart here.
 		s.e.c.retransmits.Add(1)
-		if wqe.isReadAtomic() || psn.Diff(wqe.eng.firstPSN) < 0 {
-			psn = wqe.eng.firstPSN
-		}
-		for j := i; j < limit; j++ {
+		for j := i + 1; j < limit; j++ {
 			wj := q.sq.At(j)
-			if wj.eng.started && wj.isReadAtomic() && !wj.eng.done {
+			if wj.eng.started && wj.isReadAtomic() {
 				s.rdAtomic--
 			}
-			if j > i || wj.isReadAtomic() {
-				wj.eng = wqeState{}
-			}
+			wj.eng = wqeState{}
 		}
-		if !wqe.isReadAtomic() {
-			s.off = uint32(psn.Diff(wqe.eng.firstPSN)) * q.mtuLocked()
-		} else {
-			s.off = 0
-			s.rdAtomic++ // restarted below without startWQELocked
-			wqe.eng = wqeState{started: true, firstPSN: psn, lastPSN: psn.Add(packetsFor(q.readLen(i), q.mtuLocked()) - 1), respNext: psn, length: q.readLen(i)}
-			if wqe.wr.Opcode.IsAtomic() {
-				wqe.eng.lastPSN, wqe.eng.length = psn, 8
+		switch {
+		case wqe.wr.Opcode == verbs.WRRDMARead:
+			psn = wqe.eng.respNext
+		case wqe.wr.Opcode.IsAtomic():
+			psn = wqe.eng.firstPSN
+		default:
+			if psn.Diff(wqe.eng.firstPSN) < 0 {
+				psn = wqe.eng.firstPSN
 			}
+			s.off = uint32(psn.Diff(wqe.eng.firstPSN)) * q.mtuLocked()
 		}
 		s.next = i
 		s.psn = psn
@@ -573,16 +627,23 @@ func (q *QP) handleResponseLocked(w *worker, p *wire.Packet) {
 	// A response must be for a PSN sent (since the last go-back) and not
 	// acknowledged before; a repeated ACK of the last acknowledged PSN is
 	// harmless.
-	if psn.Diff(s.psn) >= 0 || psn.Diff(s.ackPSN) < -1 {
+	info := p.Info()
+	// READ responses and ATOMIC acknowledges are checked against the
+	// READ or ATOMIC they answer (which stays started across a go-back);
+	// an ACK or NAK must be for a PSN sent and not acknowledged before.
+	if info.Kind == wire.KindAck && (psn.Diff(s.psn) >= 0 || psn.Diff(s.ackPSN) < -1) {
 		s.e.drop(DropStaleResponse)
 		return
 	}
-	info := p.Info()
 	if p.AETH != nil {
 		syn := p.AETH.Syndrome()
 		switch syn.Kind() {
 		case wire.AckKindRNRNAK:
 			s.e.c.rnrRecv.Add(1)
+			if s.rnrWait && psn == s.rnrPSN {
+				s.e.drop(DropStaleResponse) // a duplicate of the NAK being waited out
+				return
+			}
 			q.ackUpToLocked(w, psn.Sub(1))
 			if q.attr.QPState == verbs.QPStateErr {
 				return
@@ -618,7 +679,6 @@ func (q *QP) handleResponseLocked(w *worker, p *wire.Packet) {
 			return
 		}
 		wqe.eng.done = true
-		s.rdAtomic--
 		q.ackUpToLocked(w, psn)
 	case wire.KindReadResponse:
 		wqe, i := q.findReadAtomicLocked(psn)
@@ -626,44 +686,83 @@ func (q *QP) handleResponseLocked(w *worker, p *wire.Packet) {
 			s.e.drop(DropStaleResponse)
 			return
 		}
-		if psn != wqe.eng.respNext {
-			// A response was lost: ask again for the whole READ.
-			s.e.drop(DropStaleResponse)
-			if psn.Diff(wqe.eng.respNext) > 0 {
-				q.goBackLocked(wqe.eng.firstPSN)
-				w.markDirty(q)
-			}
-			return
-		}
-		if info.Pos.First() {
+		if psn == wqe.eng.firstPSN {
+			// The first response's AETH acknowledges every earlier request.
 			q.ackUpToLocked(w, wqe.eng.firstPSN.Sub(1))
-			wqe, i = q.findReadAtomicLocked(psn)
-			if wqe == nil {
+			if wqe, i = q.findReadAtomicLocked(psn); wqe == nil {
 				return
 			}
 		}
-		off := uint32(psn.Diff(wqe.eng.firstPSN)) * q.mtuLocked()
-		if st := scatter(s.e.cfg.MRs, q.pd, q.wqeSGL(i), off, p.Payload); st != mr.OK {
-			q.sendErrorLocked(verbs.WCLocProtErr)
-			return
-		}
-		wqe.eng.respNext = psn.Add(1)
-		if info.Pos.Last() {
-			wqe.eng.done = true
-			s.rdAtomic--
-			q.ackUpToLocked(w, psn)
-		}
+		q.readResponseLocked(w, wqe, i, p)
 	default:
 		s.e.drop(DropTransportMismatch)
+	}
+}
+
+// readReorderTolerance is how many later READ responses may arrive before
+// a missing one is taken as lost and asked for again.
+const readReorderTolerance = 16
+
+// readResponseLocked places one READ response. Responses are placed by
+// their PSN as they come (each names its offset), so reordering costs
+// nothing; a 128-response bitmap beyond the first missing one records
+// what arrived. A missing response is asked for again once the last
+// response arrived without it, or readReorderTolerance later ones did.
+func (q *QP) readResponseLocked(w *worker, wqe *sendWQE, i int, p *wire.Packet) {
+	s := &q.eng
+	psn := p.BTH.PSN()
+	d := psn.Diff(wqe.eng.respNext)
+	if d < 0 || d >= 128 || wqe.eng.seen[d/64]&(1<<(d%64)) != 0 {
+		s.e.drop(DropStaleResponse) // a duplicate, or too far ahead
+		return
+	}
+	off := uint32(psn.Diff(wqe.eng.firstPSN)) * q.mtuLocked()
+	if st := scatter(s.e.cfg.MRs, q.pd, q.wqeSGL(i), off, p.Payload); st != mr.OK {
+		q.sendErrorLocked(verbs.WCLocProtErr)
+		return
+	}
+	wqe.eng.seen[d/64] |= 1 << (d % 64)
+	advanced := false
+	for wqe.eng.seen[0]&1 != 0 {
+		wqe.eng.seen[0] = wqe.eng.seen[0]>>1 | wqe.eng.seen[1]<<63
+		wqe.eng.seen[1] >>= 1
+		wqe.eng.respNext = wqe.eng.respNext.Add(1)
+		advanced = true
+	}
+	if advanced {
+		wqe.eng.rerequested = false
+		if wqe.eng.firstPSN.Diff(s.ackPSN) <= 0 && wqe.eng.respNext.Diff(s.ackPSN) > 0 {
+			// Responses received in order acknowledge their PSNs: the
+			// window slides with them (a READ may span more than it).
+			s.ackPSN = wqe.eng.respNext
+		}
+		// Responses arriving are progress: the retry budget is for
+		// silence.
+		s.resetRetriesLocked(q)
+		q.armRetransmitLocked()
+	}
+	if wqe.eng.respNext.Diff(wqe.eng.lastPSN) > 0 {
+		wqe.eng.done = true
+		q.ackUpToLocked(w, wqe.eng.lastPSN)
+		return
+	}
+	lost := psn == wqe.eng.lastPSN || psn.Diff(wqe.eng.respNext) >= readReorderTolerance
+	if lost && !wqe.eng.rerequested {
+		wqe.eng.rerequested = true
+		q.goBackLocked(wqe.eng.respNext)
+		w.markDirty(q)
 	}
 }
 
 // findReadAtomicLocked returns the started READ/ATOMIC WQE whose PSN
 // range holds psn, and its position.
 func (q *QP) findReadAtomicLocked(psn wire.PSN) (*sendWQE, int) {
-	for i := 0; i < q.eng.next && i < q.sq.Len(); i++ {
+	for i := 0; i < q.sq.Len(); i++ {
 		wqe := q.sq.At(i)
-		if wqe.isReadAtomic() && wqe.eng.started && psn.Diff(wqe.eng.firstPSN) >= 0 && psn.Diff(wqe.eng.lastPSN) <= 0 {
+		if !wqe.eng.started {
+			break
+		}
+		if wqe.isReadAtomic() && psn.Diff(wqe.eng.firstPSN) >= 0 && psn.Diff(wqe.eng.lastPSN) <= 0 {
 			return wqe, i
 		}
 	}
@@ -682,6 +781,22 @@ func (q *QP) handleNAKLocked(w *worker, psn wire.PSN, code wire.NAKCode) {
 	switch code {
 	case wire.NAKPSNSequenceError:
 		s.e.c.seqRecv.Add(1)
+		// The responder NAKs a gap once (until the missing packet
+		// arrives), so a second NAK for a PSN already gone back to is a
+		// duplicated or stale packet, not a new loss.
+		if s.nakValid && psn.Diff(s.nakPSN) <= 0 {
+			s.e.drop(DropStaleResponse)
+			return
+		}
+		s.nakValid, s.nakPSN = true, psn
+		// As rxe (rxe_comp.c): once a retry has started, further
+		// sequence NAKs start none until progress is made; a packet lost
+		// again is left to the transport timer. Under reordering this
+		// keeps one loss from costing many retries.
+		if s.retrying {
+			return
+		}
+		s.retrying = true
 		if s.retries == 0 {
 			q.sendErrorLocked(verbs.WCRetryExcErr)
 			return
@@ -711,21 +826,41 @@ func (q *QP) handleNAKLocked(w *worker, psn wire.PSN, code wire.NAKCode) {
 func (q *QP) ackUpToLocked(w *worker, psn wire.PSN) {
 	s := &q.eng
 	progress := false
-	for q.sq.Len() > 0 && s.next > 0 {
+	limit := psn.Add(1) // the oldest PSN this acknowledgement leaves unacknowledged
+	for q.sq.Len() > 0 {
 		wqe := q.sq.At(0)
-		if !wqe.eng.started || wqe.eng.lastPSN.Diff(psn) > 0 {
+		if !wqe.eng.started {
+			break
+		}
+		if wqe.isReadAtomic() && wqe.eng.done {
+			// Its response acknowledged it; everything before it has
+			// completed.
+			next := wqe.eng.lastPSN.Add(1)
+			q.completeHeadSendLocked(verbs.WCSuccess)
+			if next.Diff(limit) > 0 {
+				limit = next
+			}
+			progress = true
+			continue
+		}
+		if wqe.eng.lastPSN.Diff(psn) > 0 {
 			break
 		}
 		if wqe.isReadAtomic() && !wqe.eng.done {
-			q.goBackLocked(wqe.eng.firstPSN)
-			w.markDirty(q)
+			// Its missing responses stay unacknowledged.
+			limit = wqe.eng.respNext
+			if !wqe.eng.rerequested {
+				wqe.eng.rerequested = true
+				q.goBackLocked(wqe.eng.respNext)
+				w.markDirty(q)
+			}
 			break
 		}
 		q.completeHeadSendLocked(verbs.WCSuccess)
 		progress = true
 	}
-	if psn.Add(1).Diff(s.ackPSN) > 0 && psn.Diff(s.psn) < 0 {
-		s.ackPSN = psn.Add(1)
+	if limit.Diff(s.ackPSN) > 0 && limit.Diff(s.psn) <= 0 {
+		s.ackPSN = limit
 		progress = true
 	}
 	if progress {
