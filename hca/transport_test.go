@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softhca/softhca/cq"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/verbs"
@@ -79,6 +80,7 @@ func (l *chanLink) Close() error                 { l.once.Do(func() { close(l.do
 
 // side is one end of a connection in these tests.
 type side struct {
+	ch  *cq.Channel
 	dev *hca.Device
 	pd  *hca.PD
 	cq  *hca.CQ
@@ -87,15 +89,21 @@ type side struct {
 	qp  *hca.QP
 }
 
-func openSide(t *testing.T, l link.Link, memSize int) *side {
+func openSide(t testing.TB, l link.Link, memSize int) *side {
+	return openSideWith(t, l, memSize, 0)
+}
+
+func openSideWith(t testing.TB, l link.Link, memSize int, peerPort uint16) *side {
 	t.Helper()
-	d, err := hca.Open(hca.Config{Link: l})
+	d, err := hca.Open(hca.Config{Link: l, PeerPort: peerPort})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
 	s := &side{dev: d}
 	s.pd, err = d.AllocPD()
 	require.NoError(t, err)
-	s.cq, err = d.CreateCQ(1024, nil, nil, 0)
+	s.ch, err = d.CreateCompChannel()
+	require.NoError(t, err)
+	s.cq, err = d.CreateCQ(1024, s.ch, nil, 0)
 	require.NoError(t, err)
 	s.buf = make([]byte, memSize)
 	s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
@@ -103,7 +111,7 @@ func openSide(t *testing.T, l link.Link, memSize int) *side {
 	return s
 }
 
-func (s *side) createQP(t *testing.T, typ verbs.QPType) {
+func (s *side) createQP(t testing.TB, typ verbs.QPType) {
 	t.Helper()
 	var err error
 	s.qp, err = s.pd.CreateQP(&hca.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: typ,
@@ -112,7 +120,7 @@ func (s *side) createQP(t *testing.T, typ verbs.QPType) {
 }
 
 // connect brings a and b's QPs to RTS, pointed at each other.
-func connect(t *testing.T, a, b *side, typ verbs.QPType, mtu verbs.MTU) {
+func connect(t testing.TB, a, b *side, typ verbs.QPType, mtu verbs.MTU) {
 	t.Helper()
 	a.createQP(t, typ)
 	b.createQP(t, typ)
@@ -260,4 +268,24 @@ func TestUDSend(t *testing.T) {
 	require.Equal(t, make([]byte, 20), b.buf[:20], "IPv4: 20 zero bytes, then the IP header")
 	require.Equal(t, byte(0x45), b.buf[20])
 	require.Equal(t, []byte{10, 0, 0, 1}, b.buf[32:36], "source address in the GRH area")
+}
+
+// pollWait polls s's CQ into wcs; when it is empty it arms the CQ and
+// blocks on the completion channel (perftest's -e mode) instead of
+// spinning, which on two cores would starve the transport.
+func (s *side) pollWait(wcs []verbs.WC) int {
+	if n := s.cq.Poll(wcs); n > 0 {
+		return n
+	}
+	if err := s.cq.ReqNotify(false); err != nil {
+		panic(err)
+	}
+	if n := s.cq.Poll(wcs); n > 0 {
+		return n // arrived between the poll and the arm
+	}
+	if _, err := s.ch.GetEvent(context.Background()); err != nil {
+		panic(err)
+	}
+	s.cq.AckEvents(1)
+	return s.cq.Poll(wcs)
 }

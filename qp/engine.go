@@ -168,7 +168,9 @@ type event struct {
 	gen  uint32 // timer generation
 }
 
-// worker owns a share of the QPs and runs their protocol work.
+// worker owns a share of the QPs and runs their protocol work: it alone
+// handles their events and uses its transmit batch, so each QP's packets
+// leave in the order they were built.
 type worker struct {
 	e      *Engine
 	mu     sync.Mutex
@@ -251,10 +253,22 @@ func (e *Engine) post(ev event) {
 	w.mu.Lock()
 	w.queue = append(w.queue, ev)
 	w.mu.Unlock()
+	w.wake()
+}
+
+func (w *worker) wake() {
 	select {
 	case w.notify <- struct{}{}:
 	default:
 	}
+}
+
+// enqueue queues events for w and wakes it.
+func (w *worker) enqueue(evs []event) {
+	w.mu.Lock()
+	w.queue = append(w.queue, evs...)
+	w.mu.Unlock()
+	w.wake()
 }
 
 // kick tells the QP's worker that the requester may have work.
@@ -266,6 +280,10 @@ func (e *Engine) receive() {
 	const batch = 32
 	pkts := make([]link.Packet, batch)
 	bufs := make([]*rxBuf, batch)
+	perWorker := make([][]event, len(e.workers))
+	for i := range perWorker {
+		perWorker[i] = make([]event, 0, batch)
+	}
 	for {
 		for i := range pkts {
 			if bufs[i] == nil {
@@ -281,22 +299,36 @@ func (e *Engine) receive() {
 			continue
 		}
 		for i := range n {
-			if e.dispatch(&pkts[i], bufs[i]) {
+			if q := e.dispatch(&pkts[i], bufs[i]); q != nil {
+				wi := int(q.num) % len(e.workers)
+				perWorker[wi] = append(perWorker[wi], event{kind: evPacket, q: q, rx: bufs[i]})
 				bufs[i] = nil // handed to a worker
+			}
+		}
+		// Hand each worker its share of the batch at once. The receive
+		// goroutine does not run protocol work itself: on two cores,
+		// receiving while a worker transmits is what carries a stream
+		// (measured: running it inline cost a quarter of RC WRITE
+		// throughput and gained no ping-pong latency).
+		for wi, evs := range perWorker {
+			if len(evs) > 0 {
+				e.workers[wi].enqueue(evs)
+				clear(evs)
+				perWorker[wi] = evs[:0]
 			}
 		}
 	}
 }
 
-// dispatch parses one packet and queues it for its QP's worker; it
-// reports whether the buffer was handed over.
-func (e *Engine) dispatch(lp *link.Packet, rb *rxBuf) bool {
+// dispatch parses one packet and returns the QP it is for, or nil when
+// it was dropped (and counted).
+func (e *Engine) dispatch(lp *link.Packet, rb *rxBuf) *QP {
 	e.c.rx.Add(1)
 	n := lp.Net
 	n.DontFragment = true
 	if r := wire.ParseDatagram(lp.Buf, &n, &rb.p); r != wire.DropNone {
 		e.c.parse[r].Add(1)
-		return false
+		return nil
 	}
 	if e.cfg.Trace != nil {
 		e.cfg.Trace(Received, lp)
@@ -304,10 +336,8 @@ func (e *Engine) dispatch(lp *link.Packet, rb *rxBuf) bool {
 	q := e.cfg.Lookup(rb.p.BTH.DestQP())
 	if q == nil {
 		e.drop(DropUnknownQP)
-		return false
 	}
-	e.post(event{kind: evPacket, q: q, rx: rb})
-	return true
+	return q
 }
 
 func (w *worker) run() {
@@ -319,19 +349,22 @@ func (w *worker) run() {
 			return
 		}
 		for {
+			// Swap the queue with the spare array: posters append to
+			// one while the worker handles the other, and neither is
+			// ever dropped, so steady state allocates nothing.
 			w.mu.Lock()
 			batch := w.queue
-			w.queue, w.spare = w.spare[:0], nil
+			w.queue = w.spare[:0]
 			w.mu.Unlock()
-			if len(batch) == 0 {
-				break
-			}
 			for i := range batch {
 				w.handle(&batch[i])
 				batch[i] = event{}
 			}
-			w.finishBatch()
 			w.spare = batch[:0]
+			if len(batch) == 0 {
+				break
+			}
+			w.finishBatch()
 		}
 	}
 }

@@ -30,19 +30,26 @@ const knownSendFlags = verbs.SendFence | verbs.SendSignaled | verbs.SendSolicite
 // RTS; in SQE and ERR it is accepted and completed with
 // IBV_WC_WR_FLUSH_ERR.
 func (q *QP) PostSend(wr *verbs.SendWR) (*verbs.SendWR, error) {
+	bad, err, ring := q.postSend(wr)
+	if ring {
+		q.eng.e.kick(q) // ring the doorbell, outside the QP's lock
+	}
+	return bad, err
+}
+
+func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, err error, ring bool) {
 	const op = "post_send"
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
-		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x is destroyed", q.num)
+		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x is destroyed", q.num), false
 	}
 	st := q.attr.QPState
 	switch st {
 	case verbs.QPStateReset, verbs.QPStateInit, verbs.QPStateRTR:
-		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x is in %s", q.num, st)
+		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x is in %s", q.num, st), false
 	}
-	var err error
-	bad := wr
+	bad = wr
 	posted := 0
 	for ; wr != nil; wr = wr.Next {
 		if err = q.validateSend(wr); err != nil {
@@ -63,11 +70,9 @@ func (q *QP) PostSend(wr *verbs.SendWR) (*verbs.SendWR, error) {
 	case verbs.QPStateSQE, verbs.QPStateErr:
 		q.flushSendLocked()
 	case verbs.QPStateRTS:
-		if posted > 0 && q.eng.e != nil {
-			q.eng.e.kick(q) // ring the doorbell
-		}
+		ring = posted > 0 && q.eng.e != nil
 	}
-	return bad, err
+	return bad, err, ring
 }
 
 // validateSend checks one send work request against the QP's type and

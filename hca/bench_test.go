@@ -1,0 +1,295 @@
+package hca_test
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/softhca/softhca/link/udp"
+	"github.com/softhca/softhca/verbs"
+)
+
+// udpPairSized is udpPair (GSO and GRO on) with memSize bytes of
+// registered memory per side.
+func udpPairSized(tb testing.TB, memSize int) (*side, *side) {
+	tb.Helper()
+	la, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), GSO: true, GRO: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	lb, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), GSO: true, GRO: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	na, _ := la.LocalAddr()
+	nb, _ := lb.LocalAddr()
+	return openSideWith(tb, la, memSize, nb.SrcPort), openSideWith(tb, lb, memSize, na.SrcPort)
+}
+
+// udpPair opens two devices over real UDP loopback sockets on free ports.
+func udpPair(tb testing.TB, gso bool) (*side, *side) {
+	tb.Helper()
+	la, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), GSO: gso, GRO: gso})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	lb, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), GSO: gso, GRO: gso})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	na, _ := la.LocalAddr()
+	nb, _ := lb.LocalAddr()
+	// Both devices share 127.0.0.1: each sends to the other's port.
+	a := openSideWith(tb, la, 4<<20, nb.SrcPort)
+	b := openSideWith(tb, lb, 4<<20, na.SrcPort)
+	return a, b
+}
+
+// BenchmarkRCWrite64K: RC RDMA WRITE of 64 KiB messages at MTU 4096 over
+// UDP loopback, 16 in flight; reports payload Gbit/s.
+func BenchmarkRCWrite64K(b *testing.B) {
+	for _, gso := range []bool{false, true} {
+		name := "plain"
+		if gso {
+			name = "gso+gro"
+		}
+		b.Run(name, func(b *testing.B) {
+			x, y := udpPair(b, gso)
+			connect(b, x, y, verbs.QPTypeRC, verbs.MTU4096)
+			const size, depth = 64 << 10, 16
+			wr := &verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+				SGList: []verbs.SGE{x.mr.SGE(0, size)}, RDMA: verbs.RDMAInfo{RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+			wcs := make([]verbs.WC, 32)
+			b.SetBytes(size)
+			b.ReportAllocs()
+			start := time.Now()
+			posted, done := 0, 0
+			for done < b.N {
+				for posted < b.N && posted-done < depth {
+					wr.WRID = uint64(posted)
+					if _, err := x.qp.PostSend(wr); err != nil {
+						b.Fatal(err)
+					}
+					posted++
+				}
+				n := x.pollWait(wcs)
+				for _, wc := range wcs[:n] {
+					if wc.Status != verbs.WCSuccess {
+						b.Fatalf("wr %d: %s", wc.WRID, wc.Status)
+					}
+				}
+				done += n
+			}
+			el := time.Since(start).Seconds()
+			b.ReportMetric(float64(b.N)*size*8/el/1e9, "Gbit/s")
+		})
+	}
+}
+
+// BenchmarkRCSend64: RC SEND of 64-byte messages, 64 in flight; reports
+// messages/s.
+func BenchmarkRCSend64(b *testing.B) {
+	x, y := udpPair(b, true)
+	connect(b, x, y, verbs.QPTypeRC, verbs.MTU4096)
+	const depth = 64
+	rwr := &verbs.RecvWR{SGList: []verbs.SGE{y.mr.SGE(0, 64)}}
+	for range 200 {
+		if _, err := y.qp.PostRecv(rwr); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wr := &verbs.SendWR{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{x.mr.SGE(0, 64)}}
+	wcs := make([]verbs.WC, 64)
+	b.ReportAllocs()
+	start := time.Now()
+	posted, done, recvd := 0, 0, 0
+	for done < b.N {
+		for posted < b.N && posted-done < depth {
+			if _, err := x.qp.PostSend(wr); err != nil {
+				b.Fatal(err)
+			}
+			posted++
+		}
+		done += x.pollWait(wcs)
+		n := y.cq.Poll(wcs)
+		recvd += n
+		for range n {
+			if _, err := y.qp.PostRecv(rwr); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	sx, sy := x.dev.TransportStats(), y.dev.TransportStats()
+	b.Logf("N=%d requester: tx %d rx %d rnr %d timeouts %d retransmits %d; responder: tx %d acks %d drops %v", b.N,
+		sx.TxPackets, sx.RxPackets, sx.RNRNAKsReceived, sx.RetryTimeouts, sx.Retransmits, sy.TxPackets, sy.AcksSent, sy.DropNames())
+}
+
+// BenchmarkRCPingPong64: one 64-byte RC SEND each way per iteration, both
+// sides waiting on their completion channels (ibv_rc_pingpong -e); reports
+// the round-trip time.
+func BenchmarkRCPingPong64(b *testing.B) {
+	x, y := udpPair(b, false)
+	connect(b, x, y, verbs.QPTypeRC, verbs.MTU1024)
+	for _, s := range []*side{x, y} {
+		for range 64 {
+			if _, err := s.qp.PostRecv(&verbs.RecvWR{SGList: []verbs.SGE{s.mr.SGE(0, 64)}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	recvWR := map[*side]*verbs.RecvWR{
+		x: {SGList: []verbs.SGE{x.mr.SGE(0, 64)}},
+		y: {SGList: []verbs.SGE{y.mr.SGE(0, 64)}},
+	}
+	sendWR := map[*side]*verbs.SendWR{
+		x: {Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{x.mr.SGE(1024, 64)}},
+		y: {Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{y.mr.SGE(1024, 64)}},
+	}
+	// wait takes completions until a receive arrived, reposting it.
+	wait := func(s *side, wcs []verbs.WC) {
+		for {
+			n := s.pollWait(wcs)
+			got := false
+			for _, wc := range wcs[:n] {
+				if wc.Status != verbs.WCSuccess {
+					panic(wc.Status.String())
+				}
+				if wc.Opcode == verbs.WCRecv {
+					got = true
+					if _, err := s.qp.PostRecv(recvWR[s]); err != nil {
+						panic(err)
+					}
+				}
+			}
+			if got {
+				return
+			}
+		}
+	}
+	send := func(s *side) {
+		if _, err := s.qp.PostSend(sendWR[s]); err != nil {
+			panic(err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { // the responder side: echo every message
+		wcs := make([]verbs.WC, 16)
+		for range b.N {
+			wait(y, wcs)
+			send(y)
+		}
+		close(done)
+	}()
+	wcs := make([]verbs.WC, 16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		send(x)
+		wait(x, wcs)
+	}
+	el := time.Since(start)
+	<-done
+	b.ReportMetric(float64(el.Microseconds())/float64(b.N), "us/roundtrip")
+}
+
+// BenchmarkUDPPingPong64 is the raw baseline for BenchmarkRCPingPong64:
+// two blocking UDP sockets on loopback bouncing 64 bytes (plus the 28
+// bytes of RoCEv2 headers an RC SEND carries, so the datagrams are the
+// same size).
+func BenchmarkUDPPingPong64(b *testing.B) {
+	ca, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ca.Close()
+	cb, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cb.Close()
+	aAddr, bAddr := ca.LocalAddr().(*net.UDPAddr).AddrPort(), cb.LocalAddr().(*net.UDPAddr).AddrPort()
+	done := make(chan struct{})
+	go func() {
+		buf := make([]byte, 2048)
+		for range b.N {
+			n, _, err := cb.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				panic(err)
+			}
+			if _, err := cb.WriteToUDPAddrPort(buf[:n], aAddr); err != nil {
+				panic(err)
+			}
+		}
+		close(done)
+	}()
+	msg := make([]byte, 64+28)
+	buf := make([]byte, 2048)
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		if _, err := ca.WriteToUDPAddrPort(msg, bAddr); err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := ca.ReadFromUDPAddrPort(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	el := time.Since(start)
+	<-done
+	b.ReportMetric(float64(el.Microseconds())/float64(b.N), "us/roundtrip")
+}
+
+// BenchmarkUDPPingPongAck64 is BenchmarkUDPPingPong64 with what RC adds on
+// the wire: each side also sends a 16-byte acknowledgement datagram for
+// every message it receives, four datagrams per round trip instead of two.
+func BenchmarkUDPPingPongAck64(b *testing.B) {
+	ca, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ca.Close()
+	cb, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cb.Close()
+	aAddr, bAddr := ca.LocalAddr().(*net.UDPAddr).AddrPort(), cb.LocalAddr().(*net.UDPAddr).AddrPort()
+	ack := make([]byte, 16+28)
+	msg := make([]byte, 64+28)
+	// recvMsg reads until a message (not an acknowledgement) arrived.
+	recvMsg := func(c *net.UDPConn, buf []byte) {
+		for {
+			n, _, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				panic(err)
+			}
+			if n == len(msg) {
+				return
+			}
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		buf := make([]byte, 2048)
+		for range b.N {
+			recvMsg(cb, buf)
+			_, _ = cb.WriteToUDPAddrPort(ack, aAddr)
+			_, _ = cb.WriteToUDPAddrPort(msg, aAddr)
+		}
+		close(done)
+	}()
+	buf := make([]byte, 2048)
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		_, _ = ca.WriteToUDPAddrPort(msg, bAddr)
+		recvMsg(ca, buf)
+		_, _ = ca.WriteToUDPAddrPort(ack, bAddr)
+	}
+	el := time.Since(start)
+	<-done
+	b.ReportMetric(float64(el.Microseconds())/float64(b.N), "us/roundtrip")
+}
