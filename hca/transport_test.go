@@ -98,6 +98,13 @@ func openSideWith(t testing.TB, l link.Link, memSize int, peerPort uint16) *side
 	d, err := hca.Open(hca.Config{Link: l, PeerPort: peerPort})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
+	return sideOf(t, d, memSize)
+}
+
+// sideOf creates a side's objects on an open device.
+func sideOf(t testing.TB, d *hca.Device, memSize int) *side {
+	t.Helper()
+	var err error
 	s := &side{dev: d}
 	s.pd, err = d.AllocPD()
 	require.NoError(t, err)

@@ -35,6 +35,9 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		return err
 	}
 	q.applyLocked(attr, mask)
+	if mask&(verbs.AttrRetryCnt|verbs.AttrRNRRetry) != 0 && q.eng.e != nil {
+		q.eng.resetRetriesLocked(q) // new budgets apply from now (SQD -> SQD)
+	}
 	if next != cur || next == verbs.QPStateReset {
 		// IBV_QP_EN_SQD_ASYNC_NOTIFY is an input of the one RTS->SQD
 		// modify it comes with (IBTA 11.2.5.2), not a lasting attribute.
