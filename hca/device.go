@@ -42,6 +42,11 @@ func Open(cfg Config) (*Device, error) {
 		if local, err = cfg.Link.LocalAddr(); err != nil {
 			return nil, verbs.Errorf("open_device", syscall.EINVAL, "link address: %v", err)
 		}
+		if !local.Src.IsValid() || local.Src.IsUnspecified() {
+			// The ICRC covers the source address, and a GID names it:
+			// the link must be bound to one address.
+			return nil, verbs.Errorf("open_device", syscall.EINVAL, "the link is bound to no specific address (%v); bind the address the device's GID should carry", local.Src)
+		}
 		if len(cfg.Addrs) == 0 {
 			cfg.Addrs = []netip.Addr{local.Src}
 		}
