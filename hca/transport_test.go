@@ -296,3 +296,38 @@ func (s *side) pollWait(wcs []verbs.WC) int {
 	s.cq.AckEvents(1)
 	return s.cq.Poll(wcs)
 }
+
+// TestUCSendWrite: UC carries SEND (multi-packet, with immediate) and
+// RDMA WRITE without acknowledgements; the sender completes when its last
+// packet leaves.
+func TestUCSendWrite(t *testing.T) {
+	a, b := pair(t)
+	connect(t, a, b, verbs.QPTypeUC, verbs.MTU1024)
+	for i := range a.buf[:8000] {
+		a.buf[i] = byte(i * 13)
+	}
+	for i := uint64(1); i <= 2; i++ {
+		_, err := b.qp.PostRecv(&verbs.RecvWR{WRID: i, SGList: []verbs.SGE{b.mr.SGE(0, 8000)}})
+		require.NoError(t, err)
+	}
+	_, err := a.qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSendWithImm, ImmData: 77, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(0, 5000)}})
+	require.NoError(t, err)
+	// The sender's completion of a UC WRITE only says it left; the
+	// immediate gives the receiver a completion that orders the bytes.
+	_, err = a.qp.PostSend(&verbs.SendWR{WRID: 3, Opcode: verbs.WRRDMAWriteWithImm, ImmData: 78, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(0, 3000)}, RDMA: verbs.RDMAInfo{RemoteAddr: b.mr.Addr() + 10000, RKey: b.mr.RKey()}})
+	require.NoError(t, err)
+	wcs := waitWC(t, a, 2)
+	require.Equal(t, uint64(2), wcs[0].WRID)
+	require.Equal(t, uint64(3), wcs[1].WRID)
+	rwcs := waitWC(t, b, 2)
+	require.Equal(t, verbs.WCSuccess, rwcs[0].Status)
+	require.Equal(t, uint32(5000), rwcs[0].ByteLen)
+	require.Equal(t, uint32(77), rwcs[0].ImmData)
+	require.Equal(t, verbs.WCRecvRDMAWithImm, rwcs[1].Opcode)
+	require.Equal(t, uint32(3000), rwcs[1].ByteLen)
+	require.Equal(t, a.buf[:5000], b.buf[:5000])
+	require.True(t, bytes.Equal(a.buf[:3000], b.buf[10000:13000]))
+	require.Zero(t, a.dev.TransportStats().AcksSent+b.dev.TransportStats().AcksSent, "UC sends no acknowledgements")
+}
