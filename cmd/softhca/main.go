@@ -9,11 +9,49 @@
 //
 // Commands:
 //
+//	demo         run two devices over UDP loopback and show the verbs on the wire
 //	decode       print the RoCEv2 packets of pcap/pcapng files and check them
 //	conformance  run the verbs conformance suite and print a table
 //
-// Further commands (demo, serve, devinfo, pingpong, perf, trace) will
-// follow as the device grows.
+// Further commands (serve, devinfo, pingpong, perf, trace) will follow as
+// the device grows.
+//
+// # demo
+//
+//	softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-loss P]
+//
+// demo opens two devices, A and B, in one process, each on its own UDP
+// socket (A on 127.0.0.1, B on 127.0.0.2, port 4791), connects an RC and a
+// UD queue pair between them and runs six steps: RC SEND (B has posted a
+// receive), RDMA WRITE, RDMA READ, ATOMIC FETCH_AND_ADD, ATOMIC
+// CMP_AND_SWP and UD SEND. Each step prints a heading, a line or two on
+// what happens, the packet ladder, the completions (wr_id, status, opcode,
+// byte_len, imm) and a check of the data that moved:
+//
+//	Step 1: RC SEND
+//	  B posts a receive (a buffer for the next message); A SENDs 17 bytes into it.
+//
+//	     0.000 ms  A -> B  RC Send Only  qp=0x11 psn=100 ackreq len=17
+//	     0.077 ms  A <- B  RC Acknowledge  qp=0x11 psn=100 aeth{ACK syn=0x1f msn=1} len=0
+//	  ...
+//	  B's buffer now holds: "Hello from A to B"
+//
+// The ladder comes from the devices' Trace hooks and lists sent packets
+// only, so each packet appears once, in the order the senders sent it;
+// "A -> B" was sent by A, "A <- B" by B. The packet fields are decode's.
+//
+// If the port is taken on 127.0.0.1/127.0.0.2 (by rdma_rxe, say), demo
+// tries 127.0.0.3/127.0.0.4 and 127.0.0.5/127.0.0.6 on the same port, then
+// free ports, and prints a note saying so; -port 0 asks for free ports and
+// -addrs A,B for other addresses. -pcap writes the packets that crossed
+// the wire to a pcap file and prints the tshark command that shows them as
+// InfiniBand (on port 4791, decode reads the file too; it takes no other
+// port for RoCEv2). -loss drops RC packets with the given probability to
+// show retransmissions.
+//
+// The exit status is 0 when every completion is successful and every data
+// check passes, 1 when a step fails (the message says which and why), and
+// 2 on usage errors.
 //
 // # conformance
 //
@@ -71,6 +109,7 @@ type command struct {
 
 // commands lists the subcommands in the order usage shows them.
 var commands = []command{
+	{"demo", "run two devices over UDP loopback and show the verbs on the wire", runDemo},
 	{"decode", "print the RoCEv2 packets of pcap/pcapng files and check their ICRC", runDecode},
 	{"conformance", "run the verbs conformance suite against softhca and print a table", runConformance},
 }

@@ -1,0 +1,805 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/softhca/softhca/hca"
+	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/link/udp"
+	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
+	"github.com/softhca/softhca/wire/pcap"
+)
+
+const demoUsage = `usage: softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-loss P]
+
+Open two softhca devices, A and B, in this process, connected over UDP
+loopback (A on 127.0.0.1, B on 127.0.0.2), and walk through the verbs one
+step at a time: RC SEND, RDMA WRITE, RDMA READ, FETCH_AND_ADD,
+CMP_AND_SWP and a UD SEND. Each step prints the packets on the wire (a
+ladder: "A -> B" is sent by A, "A <- B" by B), the completions and a check
+of the data that moved.
+
+If the port is taken (by a kernel rdma_rxe, say), the demo tries other
+127.x addresses, then free ports, and says so; -port 0 picks free ports.
+
+Exit status: 0 if every completion is successful and every data check
+passes, 1 otherwise, 2 on usage errors.
+
+Flags:
+`
+
+// Demo memory layout: each device registers one 4 KiB buffer; each step
+// uses its own area of it.
+const (
+	demoBufSize = 4096
+	offSend     = 0    // step 1: A's message, B's receive buffer
+	offWrite    = 1024 // step 2: A's source, B's target
+	offRead     = 2048 // step 3: B's source, A's target
+	offAtomic   = 3072 // steps 4, 5: B's counter; A's results at +0 and +8
+	offUD       = 3584 // step 6: A's message, B's receive buffer (GRH area first)
+	grhArea     = 40   // the GRH area at the start of every UD receive buffer
+	demoPSN     = 100  // first PSN of both RC QPs
+	demoQKey    = 0x11111111
+	readMsg     = "Read by A from B's memory" // step 3's data in B's memory
+)
+
+// demoTestHook, if set (by tests, which must not run in parallel then),
+// is called before each step with the step's number.
+var demoTestHook func(d *demo, step int)
+
+// runDemo is the demo command.
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	port := fs.Int("port", wire.RoCEv2Port, "UDP `port` of both devices (0: free ports)")
+	addrs := fs.String("addrs", "127.0.0.1,127.0.0.2", "the IP addresses of A and B, comma-separated (`A,B`)")
+	pcapFile := fs.String("pcap", "", "write every packet that crossed the wire to `FILE` (pcap)")
+	loss := fs.Float64("loss", 0, "drop each RC packet with `probability` P (0 <= P <= 0.5) to show retransmission (UD is not affected)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), demoUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "softhca demo: unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		fs.Usage()
+		return exitUsage
+	case *port < 0 || *port > 65535:
+		fmt.Fprintf(stderr, "softhca demo: -port %d is not a UDP port (0..65535)\n", *port)
+		return exitUsage
+	case !(*loss >= 0 && *loss <= 0.5):
+		fmt.Fprintf(stderr, "softhca demo: -loss %v is out of range 0..0.5\n", *loss)
+		return exitUsage
+	}
+	addrA, addrB, err := parseDemoAddrs(*addrs)
+	if err == nil && addrA == addrB && *port != 0 {
+		err = errors.New("A and B need different addresses to share a port")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "softhca demo: -addrs %s: %v\n", *addrs, err)
+		return exitUsage
+	}
+
+	var pw *pcap.Writer
+	var pcapOut *bufio.Writer
+	if *pcapFile != "" {
+		f, err := os.Create(*pcapFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "softhca demo: %v\n", err)
+			return exitUsage
+		}
+		defer f.Close()
+		pcapOut = bufio.NewWriter(f)
+		if pw, err = pcap.NewWriter(pcapOut); err != nil {
+			fmt.Fprintf(stderr, "softhca demo: %s: %v\n", *pcapFile, err)
+			return exitFailure
+		}
+	}
+
+	d := &demo{out: stdout, lad: newLadder(pw, *loss), loss: *loss}
+	err = d.run(addrA, addrB, uint16(*port))
+	if pcapOut != nil {
+		d.lad.mu.Lock()
+		perr := d.lad.pcapErr
+		d.lad.mu.Unlock()
+		if perr == nil {
+			perr = pcapOut.Flush()
+		}
+		if perr != nil && err == nil {
+			err = fmt.Errorf("writing %s: %w", *pcapFile, perr)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "softhca demo: FAILED: %v\n", err)
+		return exitFailure
+	}
+	if *pcapFile != "" {
+		fmt.Fprintf(stdout, "\nWrote %d packets to %s. Decode them with Wireshark's InfiniBand dissector:\n", d.lad.pcapPkts, *pcapFile)
+		fmt.Fprintf(stdout, "  %s\n", tsharkCommand(*pcapFile, d.ports()))
+		if ports := d.ports(); len(ports) == 1 && ports[0] == wire.RoCEv2Port {
+			fmt.Fprintf(stdout, "or check every ICRC with: softhca decode %s\n", *pcapFile)
+		}
+	}
+	return exitOK
+}
+
+// tsharkCommand is the command line that shows a demo capture as
+// InfiniBand: tshark decodes UDP port 4791 as RoCEv2 only when told to.
+func tsharkCommand(file string, ports []uint16) string {
+	cmd := "tshark -r " + file
+	for _, p := range ports {
+		cmd += fmt.Sprintf(" -d udp.port==%d,infiniband", p)
+	}
+	return cmd
+}
+
+// demo is one run of the demo command.
+type demo struct {
+	out  io.Writer
+	lad  *ladder
+	loss float64
+	a, b *demoSide
+}
+
+// demoSide is one of the two devices and its objects.
+type demoSide struct {
+	name   string
+	local  wire.Net
+	dev    *hca.Device
+	pd     *hca.PD
+	cq     *hca.CQ
+	mr     *hca.MR
+	buf    []byte
+	rc, ud *hca.QP
+}
+
+// ports returns the UDP ports the devices used, without repeats.
+func (d *demo) ports() []uint16 {
+	if d.a == nil || d.b == nil {
+		return []uint16{wire.RoCEv2Port}
+	}
+	pa, pb := d.a.local.SrcPort, d.b.local.SrcPort
+	if pa == pb {
+		return []uint16{pa}
+	}
+	return []uint16{pa, pb}
+}
+
+func (d *demo) printf(format string, args ...any) { fmt.Fprintf(d.out, format, args...) }
+
+// run sets up both devices, runs the steps and closes the devices.
+func (d *demo) run(addrA, addrB netip.Addr, port uint16) error {
+	la, lb, note, err := openDemoLinks(addrA, addrB, port)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		d.printf("note: %s\n\n", note)
+	}
+	// The devices own the links from here: closing a device closes its
+	// link and stops its goroutines.
+	d.a, err = d.openSide("A", la, lb)
+	if err != nil {
+		la.Close()
+		lb.Close()
+		return err
+	}
+	defer d.a.dev.Close()
+	d.b, err = d.openSide("B", lb, la)
+	if err != nil {
+		lb.Close()
+		return err
+	}
+	defer d.b.dev.Close()
+	// B's memory that A reads or updates remotely is filled in before the
+	// QPs are connected. B's responder touches it under B's QP lock, which
+	// connect takes after these writes, so the writes happen before (in
+	// the Go memory model's sense). Written later, they would be ordered
+	// only through the UDP socket, which the race detector cannot see.
+	copy(d.b.buf[offRead:], readMsg)
+	binary.NativeEndian.PutUint64(d.counter(), 100)
+	if err := d.connect(); err != nil {
+		return err
+	}
+
+	d.printf("softhca demo: two RDMA devices in this process, A and B, speaking RoCEv2\n")
+	d.printf("(InfiniBand transport headers in UDP) to each other over loopback.\n\n")
+	d.printf("  A: %s port %d    B: %s port %d\n", d.a.local.Src, d.a.local.SrcPort, d.b.local.Src, d.b.local.SrcPort)
+	d.printf("  RC (reliable connected) QPs:  A %#x <-> B %#x, first PSN %d\n", d.a.rc.Num(), d.b.rc.Num(), demoPSN)
+	d.printf("  UD (unreliable datagram) QPs: A %#x,  B %#x, Q_Key %#x\n", d.a.ud.Num(), d.b.ud.Num(), demoQKey)
+	d.printf("Ladders show each packet once, when its sender sends it (\"A -> B\": A sent it,\n")
+	d.printf("\"A <- B\": B sent it), with times from the step's first packet; qp= is the\n")
+	d.printf("destination QP, psn= the packet sequence number, ackreq asks for an ACK.\n")
+	if d.loss > 0 {
+		d.printf("-loss %g: each RC packet is dropped with that probability; watch A retransmit.\n", d.loss)
+	}
+
+	steps := []struct {
+		title string
+		run   func() error
+	}{
+		{"RC SEND", d.stepSend},
+		{"RDMA WRITE", d.stepWrite},
+		{"RDMA READ", d.stepRead},
+		{"ATOMIC FETCH_AND_ADD", d.stepFetchAdd},
+		{"ATOMIC CMP_AND_SWP", d.stepCmpSwap},
+		{"UD SEND", d.stepUDSend},
+	}
+	for i, s := range steps {
+		d.printf("\nStep %d: %s\n", i+1, s.title)
+		d.lad.take() // nothing should be pending; start the step afresh
+		if demoTestHook != nil {
+			demoTestHook(d, i+1)
+		}
+		if err := s.run(); err != nil {
+			return fmt.Errorf("step %d (%s): %w", i+1, s.title, err)
+		}
+	}
+	st := d.a.dev.TransportStats()
+	sb := d.b.dev.TransportStats()
+	d.printf("\nAll %d steps passed: every completion successful, every data check good.\n", len(steps))
+	d.lad.mu.Lock()
+	total, lost := d.lad.total, d.lad.lost
+	d.lad.mu.Unlock()
+	d.printf("%d packets sent", total)
+	if d.loss > 0 {
+		d.printf(", %d lost, %d retransmitted by A's timer", lost, st.Retransmits+sb.Retransmits)
+	}
+	d.printf(".\n")
+	return nil
+}
+
+// parseDemoAddrs parses -addrs: two IP addresses of one family.
+func parseDemoAddrs(s string) (a, b netip.Addr, err error) {
+	as, bs, ok := strings.Cut(s, ",")
+	if !ok {
+		return a, b, errors.New("want two addresses separated by a comma")
+	}
+	if a, err = netip.ParseAddr(strings.TrimSpace(as)); err != nil {
+		return a, b, err
+	}
+	if b, err = netip.ParseAddr(strings.TrimSpace(bs)); err != nil {
+		return a, b, err
+	}
+	a, b = a.Unmap(), b.Unmap()
+	if a.Is4() != b.Is4() {
+		return a, b, errors.New("one address is IPv4 and the other IPv6")
+	}
+	return a, b, nil
+}
+
+// The default addresses of A and B, and the loopback pairs tried after
+// them when the port is taken there.
+var (
+	demoAddrA    = netip.MustParseAddr("127.0.0.1")
+	demoAddrB    = netip.MustParseAddr("127.0.0.2")
+	demoAltAddrs = [][2]netip.Addr{
+		{netip.MustParseAddr("127.0.0.3"), netip.MustParseAddr("127.0.0.4")},
+		{netip.MustParseAddr("127.0.0.5"), netip.MustParseAddr("127.0.0.6")},
+	}
+)
+
+// openDemoLinks binds A's and B's UDP sockets at x and y on port. If the
+// port is taken there, it tries other 127.x pairs on the same port (for
+// the default addresses), then free ports. note, if not empty, says what
+// was chosen instead and why.
+func openDemoLinks(x, y netip.Addr, port uint16) (a, b *udp.Link, note string, err error) {
+	pair := func(x, y netip.Addr, port uint16) (*udp.Link, *udp.Link, error) {
+		a, err := udp.Open(udp.Config{Addr: netip.AddrPortFrom(x, port)})
+		if err != nil {
+			return nil, nil, err
+		}
+		b, err := udp.Open(udp.Config{Addr: netip.AddrPortFrom(y, port)})
+		if err != nil {
+			a.Close()
+			return nil, nil, err
+		}
+		return a, b, nil
+	}
+	if port != 0 {
+		cands := [][2]netip.Addr{{x, y}}
+		if x == demoAddrA && y == demoAddrB {
+			cands = append(cands, demoAltAddrs...)
+		}
+		var first error
+		for _, c := range cands {
+			a, b, err := pair(c[0], c[1], port)
+			if err == nil {
+				if first != nil {
+					note = fmt.Sprintf("UDP port %d on %s/%s: %s; using %s and %s instead", port, x, y, bindProblem(first), c[0], c[1])
+				}
+				return a, b, note, nil
+			}
+			if first == nil {
+				first = err
+			}
+			if !errors.Is(err, syscall.EADDRINUSE) {
+				break // other addresses will not help
+			}
+		}
+		where := fmt.Sprintf("%s/%s", x, y)
+		if len(cands) > 1 {
+			where = "loopback"
+		}
+		note = fmt.Sprintf("UDP port %d on %s: %s; using free ports instead", port, where, bindProblem(first))
+	}
+	a, b, err = pair(x, y, 0)
+	if err != nil && y == demoAddrB {
+		// 127.0.0.2 may not be routed to loopback here: share 127.0.0.1.
+		a, b, err = pair(x, x, 0)
+	}
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("cannot open UDP sockets for A and B: %w", err)
+	}
+	return a, b, note, nil
+}
+
+// bindProblem says briefly why a bind failed.
+func bindProblem(err error) string {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return "in use (by another RoCEv2 stack such as rdma_rxe, or another demo)"
+	}
+	return err.Error()
+}
+
+// openSide opens a device on l whose packets go to peer's port, with a
+// PD, a CQ and a registered buffer.
+func (d *demo) openSide(name string, l, peer *udp.Link) (*demoSide, error) {
+	local, err := l.LocalAddr()
+	if err != nil {
+		return nil, err
+	}
+	remote, err := peer.LocalAddr()
+	if err != nil {
+		return nil, err
+	}
+	var lk link.Link = l
+	if d.loss > 0 {
+		lk = &lossyLink{Link: l, lad: d.lad}
+	}
+	dev, err := hca.Open(hca.Config{
+		Name:     "demo" + name,
+		Link:     lk,
+		PeerPort: remote.SrcPort,
+		Trace:    d.lad.trace(name[0]),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("device %s: %w", name, err)
+	}
+	s := &demoSide{name: name, local: local, dev: dev, buf: make([]byte, demoBufSize)}
+	if err := s.setup(); err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("device %s: %w", name, err)
+	}
+	return s, nil
+}
+
+func (s *demoSide) setup() error {
+	var err error
+	if s.pd, err = s.dev.AllocPD(); err != nil {
+		return err
+	}
+	if s.cq, err = s.dev.CreateCQ(64, nil, nil, 0); err != nil {
+		return err
+	}
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	if s.mr, err = s.pd.RegMR(s.buf, access); err != nil {
+		return err
+	}
+	create := func(typ verbs.QPType) (*hca.QP, error) {
+		return s.pd.CreateQP(&hca.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: typ,
+			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	}
+	if s.rc, err = create(verbs.QPTypeRC); err != nil {
+		return err
+	}
+	s.ud, err = create(verbs.QPTypeUD)
+	return err
+}
+
+// connect brings the RC QPs to RTS, each pointed at the other, and the UD
+// QPs to RTS.
+func (d *demo) connect() error {
+	for _, p := range [][2]*demoSide{{d.a, d.b}, {d.b, d.a}} {
+		me, peer := p[0], p[1]
+		gid, err := peer.dev.QueryGID(1, 1) // GID 1: the peer's IPv4 address
+		if err != nil {
+			return err
+		}
+		// RC: RESET -> INIT -> RTR -> RTS (ibv_modify_qp(3)).
+		if err := me.rc.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1,
+			QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
+			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+			return fmt.Errorf("%s: RC QP to INIT: %w", me.name, err)
+		}
+		if err := me.rc.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU1024,
+			DestQPNum: peer.rc.Num(), RQPSN: demoPSN, MaxDestRdAtomic: 4, MinRNRTimer: 1,
+			AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1,
+				GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: 1, HopLimit: 64}}},
+			verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
+				verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
+			return fmt.Errorf("%s: RC QP to RTR: %w", me.name, err)
+		}
+		if err := me.rc.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: demoPSN,
+			Timeout: d.timeout(), RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+			verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|
+				verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic); err != nil {
+			return fmt.Errorf("%s: RC QP to RTS: %w", me.name, err)
+		}
+		// UD: no peer; each send names its destination.
+		if err := me.ud.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QKey: demoQKey},
+			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrQKey); err != nil {
+			return fmt.Errorf("%s: UD QP to INIT: %w", me.name, err)
+		}
+		if err := me.ud.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.AttrState); err != nil {
+			return fmt.Errorf("%s: UD QP to RTR: %w", me.name, err)
+		}
+		if err := me.ud.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: demoPSN},
+			verbs.AttrState|verbs.AttrSQPSN); err != nil {
+			return fmt.Errorf("%s: UD QP to RTS: %w", me.name, err)
+		}
+	}
+	return nil
+}
+
+// timeout is the RC QPs' local ACK timeout: 4.096 us * 2^timeout before A
+// retransmits. With -loss it is 14 (about 67 ms), to show retransmission
+// quickly; otherwise 18 (about 1 s), so that a busy machine does not
+// cause spurious retransmissions.
+func (d *demo) timeout() uint8 {
+	if d.loss > 0 {
+		return 14
+	}
+	return 18
+}
+
+// wantWC is a completion a step waits for.
+type wantWC struct {
+	side    *demoSide
+	wrID    uint64
+	opcode  verbs.WCOpcode
+	byteLen int // checked if >= 0
+}
+
+// gotWC is a completion as polled.
+type gotWC struct {
+	side *demoSide
+	wc   verbs.WC
+}
+
+// step runs the common part of a step: it prints the intro, posts the
+// work (post), waits for the completions, prints the ladder, the notes,
+// the completions, and checks them.
+func (d *demo) step(intro []string, post func() error, want []wantWC, notes []string) error {
+	for _, l := range intro {
+		d.printf("  %s\n", l)
+	}
+	if err := post(); err != nil {
+		return err
+	}
+	got, err := d.wait(want)
+	if err == nil {
+		err = checkWCs(want, got)
+	}
+	d.lad.settle(5*time.Millisecond, 200*time.Millisecond)
+	d.printf("\n")
+	evs := d.lad.take()
+	printLadder(d.out, evs)
+	d.printf("\n")
+	if err == nil {
+		// The notes explain a step that went as planned.
+		for _, l := range notes {
+			d.printf("  %s\n", l)
+		}
+	}
+	for _, ev := range evs {
+		if ev.lost {
+			d.printf("  Loss: A heard nothing back in time (about 67 ms) and sent the request again;\n")
+			d.printf("  if B had seen it already, B answers the duplicate without executing it twice.\n")
+			break
+		}
+	}
+	d.printf("  Completions:\n")
+	for _, g := range got {
+		wc := &g.wc
+		imm := "none"
+		if wc.WCFlags&(verbs.WCFlagWithImm|verbs.WCFlagWithInv) != 0 {
+			imm = fmt.Sprintf("%#x", wc.ImmData)
+		}
+		d.printf("    %s  wr_id=%d  status=%s  opcode=%s  byte_len=%d  imm=%s\n",
+			g.side.name, wc.WRID, wc.Status, wc.Opcode, wc.ByteLen, imm)
+	}
+	return err
+}
+
+// checkWCs checks that every completion want lists arrived successfully,
+// with the right opcode and length.
+func checkWCs(want []wantWC, got []gotWC) error {
+	for _, w := range want {
+		var wc *verbs.WC
+		for i := range got {
+			if got[i].side == w.side && got[i].wc.WRID == w.wrID {
+				wc = &got[i].wc
+			}
+		}
+		switch {
+		case wc == nil:
+			return fmt.Errorf("%s: no completion for wr_id %d", w.side.name, w.wrID)
+		case wc.Status != verbs.WCSuccess:
+			return fmt.Errorf("%s: wr_id %d completed with %q", w.side.name, w.wrID, wc.Status)
+		case wc.Opcode != w.opcode:
+			return fmt.Errorf("%s: wr_id %d completed as %s, want %s", w.side.name, w.wrID, wc.Opcode, w.opcode)
+		case w.byteLen >= 0 && int(wc.ByteLen) != w.byteLen:
+			return fmt.Errorf("%s: wr_id %d: byte_len %d, want %d", w.side.name, w.wrID, wc.ByteLen, w.byteLen)
+		}
+	}
+	return nil
+}
+
+// wait polls both CQs until each side has as many completions as want
+// lists for it.
+func (d *demo) wait(want []wantWC) ([]gotWC, error) {
+	need := map[*demoSide]int{}
+	for _, w := range want {
+		need[w.side]++
+	}
+	timeout := 5 * time.Second
+	if d.loss > 0 {
+		timeout = 30 * time.Second // retry_cnt 7 of about 67 ms each, several times over
+	}
+	deadline := time.Now().Add(timeout)
+	var got []gotWC
+	wcs := make([]verbs.WC, 8)
+	for {
+		done := true
+		for _, s := range []*demoSide{d.a, d.b} {
+			have := 0
+			for _, g := range got {
+				if g.side == s {
+					have++
+				}
+			}
+			if have < need[s] {
+				done = false
+				n := s.cq.Poll(wcs)
+				for _, wc := range wcs[:n] {
+					got = append(got, gotWC{s, wc})
+				}
+			}
+		}
+		if done {
+			return got, nil
+		}
+		if time.Now().After(deadline) {
+			return got, fmt.Errorf("no completion within %v (got %d of %d); drops: A %v, B %v",
+				timeout, len(got), len(want), d.a.dev.TransportStats().DropNames(), d.b.dev.TransportStats().DropNames())
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// checkBytes prints what a buffer holds and fails if it is not want.
+func (d *demo) checkBytes(who string, got []byte, want string) error {
+	d.printf("  %s buffer now holds: %q\n", who, got)
+	if string(got) != want {
+		return fmt.Errorf("%s buffer holds %q, want %q", who, got, want)
+	}
+	return nil
+}
+
+func (d *demo) stepSend() error {
+	a, b := d.a, d.b
+	// At least 16 bytes: Wireshark 4.0's RPC-over-RDMA heuristic reports
+	// shorter RC SEND payloads as malformed.
+	msg := "Hello from A to B"
+	copy(a.buf[offSend:], msg)
+	err := d.step([]string{
+		fmt.Sprintf("B posts a receive (a buffer for the next message); A SENDs %d bytes into it.", len(msg)),
+	}, func() error {
+		if _, err := b.rc.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.mr.SGE(offSend, 64)}}); err != nil {
+			return err
+		}
+		_, err := a.rc.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.mr.SGE(offSend, len(msg))}})
+		return err
+	}, []wantWC{{a, 1, verbs.WCSend, -1}, {b, 1, verbs.WCRecv, len(msg)}}, []string{
+		"Why an ACK: RC is reliable. A keeps the message until B acknowledges its PSN,",
+		"and would send it again after a timeout. msn, the message sequence number,",
+		"counts the messages B has completed on this connection.",
+	})
+	if err != nil {
+		return err
+	}
+	return d.checkBytes("B's", b.buf[offSend:offSend+len(msg)], msg)
+}
+
+func (d *demo) stepWrite() error {
+	a, b := d.a, d.b
+	msg := "Written by A into B's memory"
+	copy(a.buf[offWrite:], msg)
+	err := d.step([]string{
+		fmt.Sprintf("A writes %d bytes straight into B's memory: the RETH carries B's address", len(msg)),
+		"and R_Key (remote key). B posts no receive and gets no completion.",
+	}, func() error {
+		_, err := a.rc.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.mr.SGE(offWrite, len(msg))},
+			RDMA:   verbs.RDMAInfo{RemoteAddr: b.mr.Addr() + offWrite, RKey: b.mr.RKey()}})
+		return err
+	}, []wantWC{{a, 2, verbs.WCRDMAWrite, -1}}, []string{
+		"Acknowledged like a SEND: msn has grown by one message.",
+	})
+	if err != nil {
+		return err
+	}
+	return d.checkBytes("B's", b.buf[offWrite:offWrite+len(msg)], msg)
+}
+
+func (d *demo) stepRead() error {
+	a, b := d.a, d.b
+	msg := readMsg // in B's memory since the start
+	err := d.step([]string{
+		fmt.Sprintf("B's memory holds %q; A reads those %d bytes into its own buffer.", msg, len(msg)),
+	}, func() error {
+		_, err := a.rc.PostSend(&verbs.SendWR{WRID: 3, Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.mr.SGE(offRead, len(msg))},
+			RDMA:   verbs.RDMAInfo{RemoteAddr: b.mr.Addr() + offRead, RKey: b.mr.RKey()}})
+		return err
+	}, []wantWC{{a, 3, verbs.WCRDMARead, len(msg)}}, []string{
+		"The request carries no data (dlen says how much); the response carries the",
+		"data and an AETH: it is itself the acknowledgement, no separate ACK.",
+	})
+	if err != nil {
+		return err
+	}
+	return d.checkBytes("A's", a.buf[offRead:offRead+len(msg)], msg)
+}
+
+// counter is B's 64-bit atomic target, in host byte order as the HCA
+// sees memory.
+func (d *demo) counter() []byte { return d.b.buf[offAtomic : offAtomic+8] }
+
+// loadCounter reads B's counter with an atomic load, as B's responder
+// updates it with atomic operations: the next step's update is ordered
+// after this read only through the UDP socket, which the race detector
+// cannot see. (offAtomic keeps the word 8-byte aligned.)
+func (d *demo) loadCounter() uint64 {
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&d.b.buf[offAtomic])))
+}
+
+func (d *demo) stepFetchAdd() error {
+	a, b := d.a, d.b
+	err := d.step([]string{
+		"B's 64-bit counter holds 100. A atomically adds 5 to it (no other access",
+		"to that word can come in between) and fetches the value it had before.",
+	}, func() error {
+		_, err := a.rc.PostSend(&verbs.SendWR{WRID: 4, Opcode: verbs.WRAtomicFetchAndAdd, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.mr.SGE(offAtomic, 8)},
+			Atomic: verbs.AtomicInfo{RemoteAddr: b.mr.Addr() + offAtomic, RKey: b.mr.RKey(), CompareAdd: 5}})
+		return err
+	}, []wantWC{{a, 4, verbs.WCFetchAdd, 8}}, []string{
+		"The Atomic Acknowledge returns the original value: orig=0x64 is 100.",
+	})
+	if err != nil {
+		return err
+	}
+	return d.checkAtomic(offAtomic, 100, 105)
+}
+
+func (d *demo) stepCmpSwap() error {
+	a, b := d.a, d.b
+	err := d.step([]string{
+		"A compares B's counter with 105 and, as they are equal, swaps in 7.",
+	}, func() error {
+		_, err := a.rc.PostSend(&verbs.SendWR{WRID: 5, Opcode: verbs.WRAtomicCmpAndSwp, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.mr.SGE(offAtomic+8, 8)},
+			Atomic: verbs.AtomicInfo{RemoteAddr: b.mr.Addr() + offAtomic, RKey: b.mr.RKey(), CompareAdd: 105, Swap: 7}})
+		return err
+	}, []wantWC{{a, 5, verbs.WCCompSwap, 8}}, []string{
+		"cmp=0x69 (105) is the value expected, swap=0x7 the new one. The acknowledgement",
+		"again returns the original value, which tells A whether the swap happened.",
+	})
+	if err != nil {
+		return err
+	}
+	return d.checkAtomic(offAtomic+8, 105, 7)
+}
+
+// checkAtomic checks the original value A fetched into its buffer at off
+// and B's counter.
+func (d *demo) checkAtomic(off int, orig, now uint64) error {
+	gotOrig := binary.NativeEndian.Uint64(d.a.buf[off:])
+	gotNow := d.loadCounter()
+	d.printf("  A's buffer now holds the original value %d; B's counter now holds %d\n", gotOrig, gotNow)
+	if gotOrig != orig || gotNow != now {
+		return fmt.Errorf("original value %d and counter %d, want %d and %d", gotOrig, gotNow, orig, now)
+	}
+	return nil
+}
+
+func (d *demo) stepUDSend() error {
+	a, b := d.a, d.b
+	msg := "Hello over UD"
+	copy(a.buf[offUD:], msg)
+	gid, err := b.dev.QueryGID(1, 1)
+	if err != nil {
+		return err
+	}
+	ah, err := a.pd.CreateAH(verbs.AHAttr{IsGlobal: true, PortNum: 1,
+		GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: 1, HopLimit: 64}})
+	if err != nil {
+		return err
+	}
+	defer ah.Destroy()
+	recvLen := grhArea + 64
+	err = d.step([]string{
+		"UD: no connection. A's QP sends to B's QP through an address handle; the",
+		"DETH carries the Q_Key (a password B's QP checks) and A's QP number.",
+	}, func() error {
+		if _, err := b.ud.PostRecv(&verbs.RecvWR{WRID: 6, SGList: []verbs.SGE{b.mr.SGE(offUD, recvLen)}}); err != nil {
+			return err
+		}
+		_, err := a.ud.PostSend(&verbs.SendWR{WRID: 6, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.mr.SGE(offUD, len(msg))},
+			UD:     verbs.UDInfo{AH: ah, RemoteQPN: b.ud.Num(), RemoteQKey: demoQKey}})
+		return err
+	}, []wantWC{{a, 6, verbs.WCSend, -1}, {b, 6, verbs.WCRecv, grhArea + len(msg)}}, []string{
+		"No ACK: UD is unreliable; a lost datagram is simply gone, and A's completion",
+		"only means the packet was sent.",
+		"GRH: B's buffer starts with 40 bytes for the Global Route Header (here 20 zeros + A's IPv4 header): byte_len = 40 + 13.",
+	})
+	if err != nil {
+		return err
+	}
+	grh := b.buf[offUD : offUD+grhArea]
+	src := netip.AddrFrom4([4]byte(grh[32:36]))
+	d.printf("  B's GRH area names the sender %s\n", src)
+	if src != a.local.Src || !bytes.Equal(grh[:20], make([]byte, 20)) {
+		return fmt.Errorf("GRH area % x does not hold A's IPv4 header after 20 zero bytes", grh)
+	}
+	return d.checkBytes("B's", b.buf[offUD+grhArea:offUD+grhArea+len(msg)], msg)
+}
+
+// lossyLink drops the packets the ladder's trace hook chose to lose
+// (-loss), so that the ladder can show which ones.
+type lossyLink struct {
+	link.Link
+	lad *ladder
+	mu  sync.Mutex
+	out []link.Packet
+}
+
+func (l *lossyLink) Send(pkts []link.Packet) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.out = l.out[:0]
+	for i := range pkts {
+		if !l.lad.dropped(&pkts[i]) {
+			l.out = append(l.out, pkts[i])
+		}
+	}
+	if len(l.out) == 0 {
+		return nil
+	}
+	return l.Link.Send(l.out)
+}

@@ -1,0 +1,336 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
+	"github.com/stretchr/testify/require"
+
+	"github.com/softhca/softhca/wire"
+)
+
+// demoHeadings are the step headings in order.
+var demoHeadings = []string{
+	"Step 1: RC SEND",
+	"Step 2: RDMA WRITE",
+	"Step 3: RDMA READ",
+	"Step 4: ATOMIC FETCH_AND_ADD",
+	"Step 5: ATOMIC CMP_AND_SWP",
+	"Step 6: UD SEND",
+}
+
+// demoOpcodes are the opcodes the demo's ladder and capture must show.
+var demoOpcodes = []wire.OpCode{
+	wire.RCSendOnly, wire.RCAcknowledge, wire.RCRDMAWriteOnly, wire.RCRDMAReadRequest,
+	wire.RCRDMAReadResponseOnly, wire.RCFetchAdd, wire.RCCompareSwap, wire.RCAtomicAcknowledge,
+	wire.UDSendOnly,
+}
+
+// randomLoopback returns an -addrs value: two random neighbouring
+// loopback addresses (Linux routes all of 127/8 to lo), so that parallel
+// runs can all use port 4791, which a capture needs for wire.Parse (it
+// takes only UDP port 4791 for RoCEv2) and tshark's usual command line.
+func randomLoopback() string {
+	x := rand.N(254) + 1
+	y := rand.N(256)
+	z := rand.N(127) * 2
+	return fmt.Sprintf("127.%d.%d.%d,127.%d.%d.%d", x, y, z+1, x, y, z+2)
+}
+
+// runDemoOK runs the demo in-process and checks what every run must show:
+// exit 0, the headings in order, the opcodes in the ladder, successful
+// completions and the data checks. args select the ports: -port 0 or
+// -addrs randomLoopback(), so that tests can run in parallel.
+func runDemoOK(t *testing.T, args ...string) string {
+	t.Helper()
+	code, stdout, stderr := runCmd(t, append([]string{"demo"}, args...)...)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	require.Empty(t, stderr)
+
+	at := 0
+	for _, h := range demoHeadings {
+		i := strings.Index(stdout[at:], "\n"+h+"\n")
+		require.GreaterOrEqual(t, i, 0, "heading %q missing or out of order:\n%s", h, stdout)
+		at += i + 1
+	}
+	for _, op := range demoOpcodes {
+		require.Regexp(t, `ms  A (->|<-) B  `+regexp.QuoteMeta(op.String())+`  qp=`, stdout, "ladder shows %s", op)
+	}
+	// Eight completions (two per SEND), every one successful.
+	wcs := regexp.MustCompile(`(?m)^    ([AB])  wr_id=(\d+)  status=([^ ]+(?: [^ ]+)*)  opcode=(\S+)  byte_len=(\d+)  imm=(\S+)$`).FindAllStringSubmatch(stdout, -1)
+	require.Len(t, wcs, 8, "completions:\n%s", stdout)
+	for _, m := range wcs {
+		require.Equal(t, "success", m[3], "completion %q", m[0])
+	}
+	for _, want := range []string{
+		"A  wr_id=1  status=success  opcode=SEND",
+		"B  wr_id=1  status=success  opcode=RECV  byte_len=17",
+		"A  wr_id=2  status=success  opcode=RDMA_WRITE",
+		"A  wr_id=3  status=success  opcode=RDMA_READ  byte_len=25",
+		"A  wr_id=4  status=success  opcode=FETCH_ADD",
+		"A  wr_id=5  status=success  opcode=COMP_SWAP",
+		"A  wr_id=6  status=success  opcode=SEND",
+		"B  wr_id=6  status=success  opcode=RECV  byte_len=53",
+		`B's buffer now holds: "Hello from A to B"`,
+		`B's buffer now holds: "Written by A into B's memory"`,
+		`A's buffer now holds: "Read by A from B's memory"`,
+		"A's buffer now holds the original value 100; B's counter now holds 105",
+		"A's buffer now holds the original value 105; B's counter now holds 7",
+		`B's buffer now holds: "Hello over UD"`,
+		"All 6 steps passed",
+	} {
+		require.Contains(t, stdout, want)
+	}
+	return stdout
+}
+
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	out := runDemoOK(t, "-port", "0")
+	require.Contains(t, out, "RC Acknowledge  qp=0x11 psn=100 aeth{ACK syn=0x1f msn=1} len=0", "the SEND's ACK")
+	require.Contains(t, out, "A -> B  RC Send Only  qp=0x11 psn=100 ackreq len=17")
+	require.Contains(t, out, "B's GRH area names the sender 127.0.0.1")
+	require.NotContains(t, out, "LOST")
+	require.NotContains(t, out, "icrc BAD")
+	// Each packet once: without loss, exactly the 11 packets of the steps.
+	require.Equal(t, 11, strings.Count(out, " ms  A "), out)
+	require.Contains(t, out, "11 packets sent.")
+}
+
+// TestDemoPcap checks the capture: every packet parses with wire.Parse,
+// its ICRC verifies, each appears once, in the ladder's order, and tshark
+// (when installed) dissects it as InfiniBand.
+func TestDemoPcap(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "demo.pcap")
+	out := runDemoOK(t, "-addrs", randomLoopback(), "-pcap", file)
+	if strings.Contains(out, "using free ports instead") {
+		t.Skip("UDP port 4791 is taken on every loopback address here (rdma_rxe loaded?): wire.Parse needs it")
+	}
+	require.Contains(t, out, "or check every ICRC with: softhca decode "+file)
+
+	m := regexp.MustCompile(`Wrote (\d+) packets to (.*)\. `).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	require.Equal(t, "11", m[1])
+	require.Equal(t, file, m[2])
+
+	f, err := os.Open(file)
+	require.NoError(t, err)
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	require.NoError(t, err)
+	require.Equal(t, layers.LinkTypeEthernet, r.LinkType())
+	var ops []wire.OpCode
+	var p wire.Packet
+	for {
+		data, _, err := r.ReadPacketData()
+		if err != nil {
+			require.ErrorIs(t, err, io.EOF)
+			break
+		}
+		require.Greater(t, len(data), 14)
+		require.Equal(t, wire.DropNone, wire.Parse(data[14:], &p), "frame %d", len(ops)+1)
+		ops = append(ops, p.BTH.OpCode())
+	}
+	want := []wire.OpCode{
+		wire.RCSendOnly, wire.RCAcknowledge,
+		wire.RCRDMAWriteOnly, wire.RCAcknowledge,
+		wire.RCRDMAReadRequest, wire.RCRDMAReadResponseOnly,
+		wire.RCFetchAdd, wire.RCAtomicAcknowledge,
+		wire.RCCompareSwap, wire.RCAtomicAcknowledge,
+		wire.UDSendOnly,
+	}
+	require.Equal(t, want, ops)
+
+	// The printed tshark command names the ports the run used.
+	cm := regexp.MustCompile(`(?m)^  (tshark -r .*)$`).FindStringSubmatch(out)
+	require.NotNil(t, cm, out)
+	args := strings.Fields(cm[1])[1:]
+	require.Equal(t, []string{"-r", file}, args[:2])
+
+	tshark := tsharkPath(t)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(tshark, append(args, "-T", "fields", "-e", "infiniband.bth.opcode", "-e", "_ws.col.Info")...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "%s\nstderr: %s", cm[1], stderr.String())
+	lines := strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n")
+	require.Len(t, lines, len(want), stdout.String())
+	for i, line := range lines {
+		col := strings.SplitN(line, "\t", 2)
+		require.Len(t, col, 2, "line %q", line)
+		require.Equal(t, strconv.Itoa(int(want[i])), col[0], "frame %d: %q", i+1, line)
+		require.True(t, strings.HasPrefix(col[1], want[i].String()), "frame %d: Info %q", i+1, col[1])
+		require.NotContains(t, line, "Malformed")
+	}
+}
+
+// tsharkPath returns tshark's path, or skips the test when it is not
+// installed, except in CI (CI=true), where the test must run.
+func tsharkPath(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("tshark")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("tshark is not on PATH, and CI=true: CI must install tshark (Wireshark) for this test: %v", err)
+		}
+		t.Skipf("tshark is not on PATH; install tshark (Wireshark) to run this test: %v", err)
+	}
+	return path
+}
+
+// TestDemoLoss drops RC packets: the ladder shows the lost ones and the
+// retransmissions, and every step still succeeds.
+func TestDemoLoss(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "loss.pcap")
+	out := runDemoOK(t, "-addrs", randomLoopback(), "-loss", "0.3", "-pcap", file)
+	if strings.Contains(out, "using free ports instead") {
+		t.Skip("UDP port 4791 is taken on every loopback address here (rdma_rxe loaded?): wire.Parse needs it")
+	}
+	require.Contains(t, out, "LOST (-loss)")
+	require.Regexp(t, `\((retransmission|answer repeated)\)`, out)
+	require.Contains(t, out, "Loss: A heard nothing back in time")
+	require.Regexp(t, `\d+ packets sent, [1-9]\d* lost, [1-9]\d* retransmitted`, out)
+
+	// The capture holds what crossed the wire: no lost packet, every ICRC good.
+	f, err := os.Open(file)
+	require.NoError(t, err)
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	require.NoError(t, err)
+	n := 0
+	var p wire.Packet
+	for {
+		data, _, err := r.ReadPacketData()
+		if err != nil {
+			break
+		}
+		require.Equal(t, wire.DropNone, wire.Parse(data[14:], &p))
+		n++
+	}
+	sent := strings.Count(out, " ms  A ")
+	lost := strings.Count(out, "LOST (-loss)")
+	require.Equal(t, sent-lost, n)
+}
+
+// TestDemoPortBusy occupies the demo's port: on every address (the demo
+// falls back to free ports), or only on 127.0.0.1 (it moves to other
+// loopback addresses and keeps the port).
+func TestDemoPortBusy(t *testing.T) {
+	t.Parallel()
+	t.Run("wildcard", func(t *testing.T) {
+		t.Parallel()
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero})
+		require.NoError(t, err)
+		defer c.Close()
+		port := strconv.Itoa(c.LocalAddr().(*net.UDPAddr).Port)
+		code, stdout, stderr := runCmd(t, "demo", "-port", port)
+		require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+		require.Contains(t, stdout, "note: UDP port "+port+" on loopback: in use")
+		require.Contains(t, stdout, "using free ports instead")
+		require.NotContains(t, stdout, "port "+port+"    B:")
+	})
+	t.Run("127.0.0.1", func(t *testing.T) {
+		t.Parallel()
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		require.NoError(t, err)
+		defer c.Close()
+		port := strconv.Itoa(c.LocalAddr().(*net.UDPAddr).Port)
+		code, stdout, stderr := runCmd(t, "demo", "-port", port)
+		require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+		require.Contains(t, stdout, "note: UDP port "+port+" on 127.0.0.1/127.0.0.2: in use")
+		require.Contains(t, stdout, "A: 127.0.0.3 port "+port+"    B: 127.0.0.4 port "+port)
+	})
+}
+
+func TestDemoUsage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"help", []string{"-h"}, exitOK, "usage: softhca demo"},
+		{"extra argument", []string{"x"}, exitUsage, "unexpected arguments: x"},
+		{"bad flag", []string{"-nope"}, exitUsage, "flag provided but not defined: -nope"},
+		{"port out of range", []string{"-port", "65536"}, exitUsage, "-port 65536 is not a UDP port"},
+		{"negative port", []string{"-port", "-1"}, exitUsage, "-port -1 is not a UDP port"},
+		{"loss out of range", []string{"-loss", "0.9"}, exitUsage, "-loss 0.9 is out of range"},
+		{"loss NaN", []string{"-loss", "NaN"}, exitUsage, "is out of range"},
+		{"addrs one", []string{"-addrs", "127.0.0.1"}, exitUsage, "want two addresses"},
+		{"addrs bad", []string{"-addrs", "127.0.0.1,nope"}, exitUsage, `ParseAddr("nope")`},
+		{"addrs families", []string{"-addrs", "127.0.0.1,::1"}, exitUsage, "one address is IPv4 and the other IPv6"},
+		{"addrs same", []string{"-addrs", "127.0.0.1,127.0.0.1"}, exitUsage, "need different addresses"},
+		{"pcap not writable", []string{"-pcap", filepath.Join(t.TempDir(), "no", "such", "dir.pcap")}, exitUsage, "no such file or directory"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCmd(t, append([]string{"demo"}, tc.args...)...)
+			require.Equal(t, tc.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			require.Empty(t, stdout)
+			require.Contains(t, stderr, tc.stderr)
+		})
+	}
+	code, stdout, _ := runCmd(t, "help", "demo")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, stdout, "usage: softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-loss P]")
+}
+
+// TestDemoFailure makes step 2 fail (B's memory region is deregistered,
+// so the RDMA WRITE meets a remote access error): exit 1, a message that
+// says which step failed and why, and every goroutine stopped. It does not
+// run in parallel: it sets demoTestHook.
+func TestDemoFailure(t *testing.T) {
+	before := runtime.NumGoroutine()
+	demoTestHook = func(d *demo, step int) {
+		if step == 2 {
+			require.NoError(t, d.b.mr.Dereg())
+		}
+	}
+	defer func() { demoTestHook = nil }()
+	code, stdout, stderr := runCmd(t, "demo", "-port", "0")
+	require.Equal(t, exitFailure, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	require.Contains(t, stdout, `B's buffer now holds: "Hello from A to B"`, "step 1 passed")
+	require.Contains(t, stdout, "status=remote access error  opcode=RDMA_WRITE")
+	require.Contains(t, stdout, "aeth{NAK remote access error")
+	require.NotContains(t, stdout, "Step 3")
+	require.NotContains(t, stdout, "msn has grown", "no explanation of a step that failed")
+	require.Equal(t, "softhca demo: FAILED: step 2 (RDMA WRITE): A: wr_id 2 completed with \"remote access error\"\n", stderr)
+	waitGoroutines(t, before)
+}
+
+// waitGoroutines waits until no more goroutines run than before.
+func waitGoroutines(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines before the demo, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDemoStopsGoroutines runs the demo alone (not in parallel) and checks
+// that closing the devices stopped every goroutine it started.
+func TestDemoStopsGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	runDemoOK(t, "-port", "0")
+	waitGoroutines(t, before)
+}
