@@ -331,6 +331,7 @@ func (e *Engine) dispatch(lp *link.Packet, rb *rxBuf) *QP {
 		return nil
 	}
 	if e.cfg.Trace != nil {
+		lp.Net.ID = rb.p.Net.ID // as recovered by the ICRC check, so a pcap verifies
 		e.cfg.Trace(Received, lp)
 	}
 	q := e.cfg.Lookup(rb.p.BTH.DestQP())
