@@ -2,12 +2,20 @@ package conformance
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net/netip"
+	"sort"
+	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/softhca/softhca/cq"
 	"github.com/softhca/softhca/hca"
+	"github.com/softhca/softhca/link/udp"
 	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
 )
 
 // Softhca is the in-process softhca backend.
@@ -30,7 +38,91 @@ func (s *Softhca) Open() (Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &shDevice{d: d, cqs: map[*cq.CQ]*shCQ{}, qps: map[*hca.QP]*shQP{}, srqs: map[*hca.SRQ]*shSRQ{}}, nil
+	return newShDevice(d), nil
+}
+
+func newShDevice(d *hca.Device) *shDevice {
+	return &shDevice{d: d, cqs: map[*cq.CQ]*shCQ{}, qps: map[*hca.QP]*shQP{}, srqs: map[*hca.SRQ]*shSRQ{}}
+}
+
+// OpenPair opens two softhca devices that reach each other over real UDP
+// sockets on the loopback network (the PairTarget transport mode; Open
+// keeps opening devices without a transport). Each device binds its own
+// address 127.X.Y.Z:4791 (all of 127.0.0.0/8 is local on Linux), chosen at
+// random and chosen again when it is in use, so suites can run in
+// parallel processes; when port 4791 is taken everywhere (a loaded
+// rdma_rxe listens on it) the devices bind free ports and send to each
+// other's. The devices' GIDs come from their links' addresses; the rest
+// of the configuration is s.Config. Closing a device closes its link.
+func (s *Softhca) OpenPair() (Device, Device, error) {
+	la, lb, err := openLoopbackLinks()
+	if err != nil {
+		return nil, nil, err
+	}
+	open := func(l, peer *udp.Link) (*hca.Device, error) {
+		pn, err := peer.LocalAddr()
+		if err != nil {
+			return nil, err
+		}
+		cfg := s.Config
+		cfg.Addrs = nil // the GID comes from the link
+		cfg.Link = l
+		cfg.PeerPort = pn.SrcPort
+		return hca.Open(cfg)
+	}
+	da, err := open(la, lb)
+	if err != nil {
+		la.Close()
+		lb.Close()
+		return nil, nil, err
+	}
+	db, err := open(lb, la)
+	if err != nil {
+		da.Close()
+		lb.Close()
+		return nil, nil, err
+	}
+	return newShDevice(da), newShDevice(db), nil
+}
+
+// openLoopbackLinks binds two UDP links on distinct random loopback
+// addresses, port 4791 if it is free there, any port otherwise.
+func openLoopbackLinks() (*udp.Link, *udp.Link, error) {
+	randAddr := func() netip.Addr {
+		return netip.AddrFrom4([4]byte{127, byte(1 + rand.IntN(254)), byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
+	}
+	bind := func(port uint16) (*udp.Link, error) {
+		var err error
+		for range 16 {
+			var l *udp.Link
+			l, err = udp.Open(udp.Config{Addr: netip.AddrPortFrom(randAddr(), port)})
+			if err == nil {
+				return l, nil
+			}
+			if !errors.Is(err, syscall.EADDRINUSE) {
+				break
+			}
+		}
+		return nil, err
+	}
+	var first error
+	for _, port := range []uint16{wire.RoCEv2Port, 0} {
+		a, err := bind(port)
+		if err == nil {
+			var b *udp.Link
+			if b, err = bind(port); err == nil {
+				return a, b, nil
+			}
+			a.Close()
+		}
+		if first == nil {
+			first = err
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	return nil, nil, fmt.Errorf("conformance: cannot bind two UDP links on loopback: %w", first)
 }
 
 // shDevice adapts an hca.Device. Its maps turn the objects events name
@@ -49,6 +141,20 @@ func (d *shDevice) QueryGID(p uint8, i int) (verbs.GID, error) { return d.d.Quer
 func (d *shDevice) QueryPKey(p uint8, i int) (uint16, error)   { return d.d.QueryPKey(p, i) }
 func (d *shDevice) SetAsyncNonBlocking(nb bool)                { d.d.SetAsyncNonBlocking(nb) }
 func (d *shDevice) Close() error                               { return d.d.Close() }
+
+// TransportDiag describes the transport's counters, for failure messages
+// of data-path cases.
+func (d *shDevice) TransportDiag() string {
+	st := d.d.TransportStats()
+	drops := st.DropNames()
+	names := make([]string, 0, len(drops))
+	for k, v := range drops {
+		names = append(names, fmt.Sprintf("%s: %d", k, v))
+	}
+	sort.Strings(names)
+	return fmt.Sprintf("rx %d tx %d retransmits %d timeouts %d RNR NAKs sent/received %d/%d drops {%s}",
+		st.RxPackets, st.TxPackets, st.Retransmits, st.RetryTimeouts, st.RNRNAKsSent, st.RNRNAKsReceived, strings.Join(names, ", "))
+}
 
 func (d *shDevice) AllocPD() (PD, error) {
 	p, err := d.d.AllocPD()
