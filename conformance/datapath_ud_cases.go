@@ -60,9 +60,9 @@ func init() {
 			},
 		},
 		Case{
-			Name:  "datapath/ud/message-longer-than-path-mtu/local-length-error",
-			Cite:  `softhca's default (hca.Config.RxeUDOversizeCompat false): a UD send longer than the port's active MTU completes with IBV_WC_LOC_LEN_ERR and the QP enters SQE (IBTA 10.8.3.3: UD send errors move to SQE). IBTA C10-93.1.1 says "the CI shall not generate an error due to this condition" and rxe fakes a successful completion (rxe_req.c), which RxeUDOversizeCompat selects`,
-			Label: ImplementationDefined,
+			Name:  "datapath/ud/message-longer-than-path-mtu/completes-without-error",
+			Cite:  `IBTA C10-93.1.1 (quoted in rxe_req.c): if a UD message exceeds the port MTU "the CI shall not emit any packets for this message. Further, the CI shall not generate an error due to this condition": the send completes successfully and the QP stays in RTS (rxe does the same; hca.Config.UDOversizeError selects IBV_WC_LOC_LEN_ERR instead)`,
+			Label: Spec,
 			Run: func(t *T, d Device) {
 				dpUDOversize(t, true)
 			},
@@ -244,8 +244,8 @@ func dpUDOversize(t *T, status bool) {
 	if !status {
 		return
 	}
-	dpExpectWC(t, wc, 1, verbs.WCLocLenErr, 0, "UD SEND of active_mtu+1 bytes")
-	dpWaitState(t, qa, verbs.QPStateSQE, "sender")
+	dpExpectWC(t, wc, 1, verbs.WCSuccess, verbs.WCSend, "UD SEND of active_mtu+1 bytes")
+	dpWaitState(t, qa, verbs.QPStateRTS, "sender")
 }
 
 // dpUDBadLKey posts a UD SEND with a bad local key followed by a good one.

@@ -54,10 +54,12 @@ type Config struct {
 	// RxeRetryCompat makes retry_cnt 7 mean "retry forever", as rxe does
 	// (the spec's 7 is seven retries).
 	RxeRetryCompat bool
-	// RxeUDOversizeCompat completes a UD send longer than the path MTU
-	// successfully without sending it, as rxe does (the spec's answer is
-	// IBV_WC_LOC_LEN_ERR).
-	RxeUDOversizeCompat bool
+	// UDOversizeError completes a UD send longer than the port MTU with
+	// IBV_WC_LOC_LEN_ERR. By default nothing is sent and the send
+	// completes successfully, as IBTA C10-93.1.1 requires ("the CI shall
+	// not emit any packets for this message. Further, the CI shall not
+	// generate an error") and rxe does.
+	UDOversizeError bool
 	// Trace is called for every packet the transport sends and receives.
 	Trace func(dir qp.Direction, p *link.Packet)
 }

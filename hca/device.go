@@ -74,17 +74,17 @@ func Open(cfg Config) (*Device, error) {
 	}
 	if cfg.Link != nil {
 		d.eng = qp.NewEngine(qp.EngineConfig{
-			Link:                cfg.Link,
-			Clock:               cfg.Clock,
-			MRs:                 d.mrs,
-			Local:               local,
-			PeerPort:            cfg.PeerPort,
-			Workers:             cfg.Workers,
-			ActiveMTU:           cfg.PortAttr.ActiveMTU,
-			Lookup:              d.lookupQP,
-			RxeRetryCompat:      cfg.RxeRetryCompat,
-			RxeUDOversizeCompat: cfg.RxeUDOversizeCompat,
-			Trace:               cfg.Trace,
+			Link:            cfg.Link,
+			Clock:           cfg.Clock,
+			MRs:             d.mrs,
+			Local:           local,
+			PeerPort:        cfg.PeerPort,
+			Workers:         cfg.Workers,
+			ActiveMTU:       cfg.PortAttr.ActiveMTU,
+			Lookup:          d.lookupQP,
+			RxeRetryCompat:  cfg.RxeRetryCompat,
+			UDOversizeError: cfg.UDOversizeError,
+			Trace:           cfg.Trace,
 		})
 	}
 	return d, nil

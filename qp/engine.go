@@ -47,10 +47,11 @@ type EngineConfig struct {
 	// RxeRetryCompat makes retry_cnt 7 retry forever, as rxe does; the
 	// spec's 7 is seven retries.
 	RxeRetryCompat bool
-	// RxeUDOversizeCompat completes an oversized UD send successfully
-	// without sending it, as rxe does; the spec's answer is a local
-	// length error.
-	RxeUDOversizeCompat bool
+	// UDOversizeError completes a UD send longer than the port MTU with
+	// IBV_WC_LOC_LEN_ERR (moving the QP to SQE). By default it completes
+	// successfully without sending anything, as IBTA C10-93.1.1 requires
+	// and rxe does.
+	UDOversizeError bool
 	// Trace, if set, is called for every packet sent and received (for the
 	// demo's packet ladder and pcap writing). It runs on engine goroutines.
 	Trace func(dir Direction, p *link.Packet)

@@ -224,12 +224,28 @@ func (q *QP) setStateLocked(next verbs.QPState, sqdNotify bool) {
 		if q.srq != nil {
 			q.raiseLocked(verbs.EventQPLastWQEReached)
 		}
-	case verbs.QPStateSQD:
-		// The drain completes when nothing started is unacknowledged;
-		// without a transport nothing is ever in flight.
-		if prev == verbs.QPStateRTS && sqdNotify {
-			q.raiseLocked(verbs.EventSQDrained)
+	case verbs.QPStateSQE:
+		// A send error (UC, UD): the failed WQE was completed; the rest
+		// of the send queue is flushed (IBTA 10.3.1, SQE).
+		if e != nil {
+			q.stopTimerLocked()
+			q.eng.next, q.eng.off = 0, 0
 		}
+		q.flushSendLocked()
+	case verbs.QPStateSQD:
+		// The drain completes when no started WQE is left (IBTA 11.6.3.1,
+		// Send Queue Drained): at once when nothing is in flight,
+		// otherwise when the last started WQE completes.
+		if prev == verbs.QPStateRTS && sqdNotify {
+			if e != nil && q.sq.Len() > 0 && q.sq.At(0).eng.started {
+				q.eng.drainNotify = true
+			} else {
+				q.raiseLocked(verbs.EventSQDrained)
+			}
+		}
+	}
+	if next != verbs.QPStateSQD {
+		q.eng.drainNotify = false
 	}
 }
 

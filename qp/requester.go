@@ -47,6 +47,9 @@ type engState struct {
 	timer      clock.Timer
 	timerArmed bool
 	deadline   time.Time
+	// drainNotify: in SQD, raise IBV_EVENT_SQ_DRAINED when the last
+	// started WQE completes.
+	drainNotify bool
 
 	// Responder.
 	resp respState
@@ -172,11 +175,14 @@ func (q *QP) startWQELocked(w *worker, wqe *sendWQE) bool {
 	wqe.eng.length = length
 	mtu := q.mtuLocked()
 	if q.typ == verbs.QPTypeUD && length > mtu {
-		if s.e.cfg.RxeUDOversizeCompat {
-			q.completeHeadSendLocked(verbs.WCSuccess)
+		// IBTA C10-93.1.1: a UD message longer than the port MTU is not
+		// sent, "Further, the CI shall not generate an error due to this
+		// condition" (rxe does the same).
+		if s.e.cfg.UDOversizeError {
+			q.sendErrorLocked(verbs.WCLocLenErr)
 			return false
 		}
-		q.sendErrorLocked(verbs.WCLocLenErr)
+		q.completeHeadSendLocked(verbs.WCSuccess)
 		return false
 	}
 	if wqe.inlineLen < 0 || !q.localSGLOK(s.next, wqe) {
@@ -458,6 +464,10 @@ func (q *QP) completeHeadSendLocked(status verbs.WCStatus) {
 	q.sq.Drop(1)
 	if q.eng.next > 0 {
 		q.eng.next--
+	}
+	if q.eng.drainNotify && (q.sq.Len() == 0 || !q.sq.At(0).eng.started) {
+		q.eng.drainNotify = false
+		q.raiseLocked(verbs.EventSQDrained)
 	}
 }
 

@@ -142,6 +142,15 @@ func (q *QP) receiveRCLocked(w *worker, p *wire.Packet) {
 		return
 	}
 	r.nakSent = false
+	// The QP must allow the operation (qp_access_flags), and READ and
+	// ATOMIC need responder resources (max_dest_rd_atomic): otherwise an
+	// Invalid Request NAK (ibv_poll_cq(3), IBV_WC_REM_INV_REQ_ERR; rxe's
+	// check_op_valid and RESPST_ERR_TOO_MANY_RDMA_ATM_REQ).
+	if need := accessFor(info.Kind); need != 0 &&
+		(q.attr.QPAccessFlags&need == 0 || need != verbs.AccessRemoteWrite && q.attr.MaxDestRdAtomic == 0) {
+		q.responderErrorLocked(w, psn, wire.NAKInvalidRequest, 0)
+		return
+	}
 	switch info.Kind {
 	case wire.KindSend:
 		if !q.rcSendLocked(w, p) {
@@ -297,9 +306,24 @@ func (q *QP) writeLocked(w *worker, p *wire.Packet, reliable bool) bool {
 	return true
 }
 
-// remoteAccessOK checks an R_Key access: the region exists in the QP's PD,
-// covers the range, grants the right, and the QP allows it
-// (qp_access_flags).
+// accessFor returns the remote access right a request needs from the QP
+// and the memory region, or 0.
+func accessFor(k wire.Kind) verbs.AccessFlags {
+	switch k {
+	case wire.KindWrite:
+		return verbs.AccessRemoteWrite
+	case wire.KindReadRequest:
+		return verbs.AccessRemoteRead
+	case wire.KindCompareSwap, wire.KindFetchAdd:
+		return verbs.AccessRemoteAtomic
+	}
+	return 0
+}
+
+// remoteAccessOK checks an R_Key access: the QP allows it
+// (qp_access_flags; RC checks this first and NAKs it as an invalid
+// request), and the region exists in the QP's PD, covers the range and
+// grants the right.
 func (q *QP) remoteAccessOK(rkey uint32, va uint64, n uint32, need verbs.AccessFlags) bool {
 	if q.attr.QPAccessFlags&need == 0 {
 		return false
