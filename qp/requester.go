@@ -649,7 +649,6 @@ func (q *QP) handleResponseLocked(w *worker, p *wire.Packet) {
 		syn := p.AETH.Syndrome()
 		switch syn.Kind() {
 		case wire.AckKindRNRNAK:
-			s.e.c.rnrRecv.Add(1)
 			if s.rnrWait && psn == s.rnrPSN {
 				s.e.drop(DropStaleResponse) // a duplicate of the NAK being waited out
 				return
@@ -659,6 +658,7 @@ func (q *QP) handleResponseLocked(w *worker, p *wire.Packet) {
 				return
 			}
 			if s.rnrRetries == 0 {
+				s.e.c.rnrRecv.Add(1)
 				q.sendErrorLocked(verbs.WCRNRRetryExcErr)
 				return
 			}
@@ -667,6 +667,9 @@ func (q *QP) handleResponseLocked(w *worker, p *wire.Packet) {
 			}
 			s.rnrWait, s.rnrPSN = true, psn
 			q.armTimerLocked(time.Duration(wire.RNRTimerMicros(syn.Value())) * time.Microsecond)
+			// Counted once the wait is armed, so an observer of the
+			// counter sees the timer too.
+			s.e.c.rnrRecv.Add(1)
 			return
 		case wire.AckKindNAK:
 			q.handleNAKLocked(w, psn, syn.NAKCode())
