@@ -478,15 +478,18 @@ func (q *QP) completeHeadSendLocked(status verbs.WCStatus) {
 // Preconditions: q.mu is held.
 func (q *QP) sendErrorLocked(status verbs.WCStatus) {
 	q.stopTimerLocked()
+	next := verbs.QPStateErr
+	if q.typ != verbs.QPTypeRC {
+		next = verbs.QPStateSQE
+	}
+	// Publish the new state before the error completion: whoever polls
+	// the completion and then asks the QP's state sees the error state.
+	q.stateRO.Store(uint32(next))
 	// Make the failing WQE the head: WQEs before it (RC) are awaiting
 	// acknowledgement, and will be flushed after it, which keeps the
 	// order libibverbs users see from rxe.
 	q.completeHeadSendLocked(status)
-	if q.typ == verbs.QPTypeRC {
-		q.setStateLocked(verbs.QPStateErr, false)
-	} else {
-		q.setStateLocked(verbs.QPStateSQE, false)
-	}
+	q.setStateLocked(next, false)
 }
 
 // armRetransmitLocked starts the transport timer if the QP has one.

@@ -478,6 +478,7 @@ func (q *QP) duplicateLocked(w *worker, p *wire.Packet) {
 func (q *QP) responderErrorLocked(w *worker, psn wire.PSN, code wire.NAKCode, status verbs.WCStatus) {
 	r := &q.eng.resp
 	q.sendAckLocked(w, psn, wire.NAKSyndrome(code))
+	q.stateRO.Store(uint32(verbs.QPStateErr)) // before the completion, as sendErrorLocked
 	if status != 0 && r.haveRecv {
 		wc := verbs.WC{WRID: r.recv.WRID, Status: status, Opcode: verbs.WCRecv, QPNum: q.num}
 		q.recvCQ.Push(&wc, false)
