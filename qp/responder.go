@@ -209,6 +209,7 @@ func (q *QP) rcSendLocked(w *worker, p *wire.Packet) bool {
 		if st == mr.BadBounds {
 			status = verbs.WCLocLenErr // the message is longer than the buffer
 		}
+		q.stateRO.Store(uint32(verbs.QPStateErr)) // visible before the completion
 		q.completeRecvLocked(&r.recv, status, r.recvOff, p, 0)
 		r.haveRecv = false
 		q.responderErrorLocked(w, p.BTH.PSN(), wire.NAKInvalidRequest, 0)
@@ -556,6 +557,7 @@ func (q *QP) receiveUCLocked(w *worker, p *wire.Packet) {
 			if st == mr.BadBounds {
 				status = verbs.WCLocLenErr
 			}
+			q.stateRO.Store(uint32(verbs.QPStateErr)) // visible before the completion
 			q.completeRecvLocked(&r.recv, status, r.recvOff, p, 0)
 			r.haveRecv = false
 			q.setStateLocked(verbs.QPStateErr, false)
