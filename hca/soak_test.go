@@ -17,6 +17,8 @@ import (
 
 var soakMessages = flag.Int("soak.messages", 0, "RC messages per soak run; 0: 600, or 150 under the race detector (the full run: -soak.messages=100000)")
 
+var soakTimeout = flag.Int("soak.timeout", 12, "the RC QPs' timeout attribute (transport timer 4.096 us * 2^n): 12 = 16.8 ms tolerates a starved process on a loaded machine; 10 = 4.2 ms recovers lost tails faster on a quiet one")
+
 func soakCount() int {
 	switch {
 	case *soakMessages > 0:
@@ -78,10 +80,12 @@ func soak(t *testing.T, mtu verbs.MTU, faults pipe.Faults, n int, seed uint64) {
 // is the pipe whose injected faults are reported.
 func soakRun(t *testing.T, a, b *side, pa *pipe.Endpoint, mtu verbs.MTU, n int, seed uint64) {
 	connect(t, a, b, verbs.QPTypeRC, mtu)
-	// Retransmit quickly: 4.096 us * 2^10 = 4.2 ms.
+	// The transport timer (-soak.timeout): lost tails and lost final ACKs
+	// are recovered only by it, as RC specifies; seven retries must also
+	// outlast a process starved on a loaded machine.
 	for _, s := range []*side{a, b} {
 		require.NoError(t, s.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateSQD}, verbs.AttrState))
-		require.NoError(t, s.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateSQD, Timeout: 10, RetryCnt: 7, RNRRetry: 7},
+		require.NoError(t, s.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateSQD, Timeout: uint8(*soakTimeout), RetryCnt: 7, RNRRetry: 7},
 			verbs.AttrState|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry))
 		require.NoError(t, s.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS}, verbs.AttrState))
 	}
