@@ -10,40 +10,29 @@ import (
 	"github.com/softhca/softhca/verbs"
 )
 
-// udpPairSized is udpPair (GSO and GRO on) with memSize bytes of
-// registered memory per side.
+// udpPairSized opens two devices over real UDP loopback sockets on free
+// ports (GSO and GRO on), with memSize bytes of registered memory each.
 func udpPairSized(tb testing.TB, memSize int) (*side, *side) {
-	tb.Helper()
-	la, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), GSO: true, GRO: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	lb, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), GSO: true, GRO: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	na, _ := la.LocalAddr()
-	nb, _ := lb.LocalAddr()
-	return openSideWith(tb, la, memSize, nb.SrcPort), openSideWith(tb, lb, memSize, na.SrcPort)
+	return udpPairWith(tb, true, memSize)
 }
 
 // udpPair opens two devices over real UDP loopback sockets on free ports.
-func udpPair(tb testing.TB, gso bool) (*side, *side) {
+func udpPair(tb testing.TB, gso bool) (*side, *side) { return udpPairWith(tb, gso, 4<<20) }
+
+func udpPairWith(tb testing.TB, gso bool, memSize int) (*side, *side) {
 	tb.Helper()
-	la, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), GSO: gso, GRO: gso})
-	if err != nil {
-		tb.Fatal(err)
+	open := func() *udp.Link {
+		l, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), GSO: gso, GRO: gso})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return l
 	}
-	lb, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), GSO: gso, GRO: gso})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	la, lb := open(), open()
 	na, _ := la.LocalAddr()
 	nb, _ := lb.LocalAddr()
 	// Both devices share 127.0.0.1: each sends to the other's port.
-	a := openSideWith(tb, la, 4<<20, nb.SrcPort)
-	b := openSideWith(tb, lb, 4<<20, na.SrcPort)
-	return a, b
+	return openSideWith(tb, la, memSize, nb.SrcPort), openSideWith(tb, lb, memSize, na.SrcPort)
 }
 
 // BenchmarkRCWrite64K: RC RDMA WRITE of 64 KiB messages at MTU 4096 over
@@ -200,17 +189,7 @@ func BenchmarkRCPingPong64(b *testing.B) {
 // bytes of RoCEv2 headers an RC SEND carries, so the datagrams are the
 // same size).
 func BenchmarkUDPPingPong64(b *testing.B) {
-	ca, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ca.Close()
-	cb, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cb.Close()
-	aAddr, bAddr := ca.LocalAddr().(*net.UDPAddr).AddrPort(), cb.LocalAddr().(*net.UDPAddr).AddrPort()
+	ca, cb, aAddr, bAddr := rawSocketPair(b)
 	done := make(chan struct{})
 	go func() {
 		buf := make([]byte, 2048)
@@ -246,17 +225,7 @@ func BenchmarkUDPPingPong64(b *testing.B) {
 // the wire: each side also sends a 16-byte acknowledgement datagram for
 // every message it receives, four datagrams per round trip instead of two.
 func BenchmarkUDPPingPongAck64(b *testing.B) {
-	ca, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ca.Close()
-	cb, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cb.Close()
-	aAddr, bAddr := ca.LocalAddr().(*net.UDPAddr).AddrPort(), cb.LocalAddr().(*net.UDPAddr).AddrPort()
+	ca, cb, aAddr, bAddr := rawSocketPair(b)
 	ack := make([]byte, 16+28)
 	msg := make([]byte, 64+28)
 	// recvMsg reads until a message (not an acknowledgement) arrived.
@@ -292,4 +261,20 @@ func BenchmarkUDPPingPongAck64(b *testing.B) {
 	el := time.Since(start)
 	<-done
 	b.ReportMetric(float64(el.Microseconds())/float64(b.N), "us/roundtrip")
+}
+
+// rawSocketPair opens two plain blocking UDP sockets on loopback, closed
+// when the benchmark ends.
+func rawSocketPair(b *testing.B) (ca, cb *net.UDPConn, aAddr, bAddr netip.AddrPort) {
+	b.Helper()
+	open := func() *net.UDPConn {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		return c
+	}
+	ca, cb = open(), open()
+	return ca, cb, ca.LocalAddr().(*net.UDPAddr).AddrPort(), cb.LocalAddr().(*net.UDPAddr).AddrPort()
 }
