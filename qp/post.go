@@ -7,11 +7,12 @@ import (
 	"github.com/softhca/softhca/verbs"
 )
 
-// sendOpcodes says which send opcodes each transport accepts
+// sendOpcodes says, indexed by QP type, which send opcodes each transport
+// accepts
 // (ibv_post_send(3); IBTA table 38: UC has no READ, atomics or SEND with
 // Invalidate, UD only has SEND). LOCAL_INV and BIND_MW need memory windows
 // and fast-registration MRs, which softhca does not implement yet.
-var sendOpcodes = map[verbs.QPType]uint32{
+var sendOpcodes = [...]uint32{
 	verbs.QPTypeRC: 1<<verbs.WRRDMAWrite | 1<<verbs.WRRDMAWriteWithImm | 1<<verbs.WRSend |
 		1<<verbs.WRSendWithImm | 1<<verbs.WRRDMARead | 1<<verbs.WRAtomicCmpAndSwp |
 		1<<verbs.WRAtomicFetchAndAdd | 1<<verbs.WRSendWithInv,
@@ -85,7 +86,7 @@ func (q *QP) validateSend(wr *verbs.SendWR) error {
 	if wr.Opcode == verbs.WRLocalInv || wr.Opcode == verbs.WRBindMW {
 		return bad(syscall.EOPNOTSUPP, "opcode %s is not supported (no memory windows or fast-registration MRs)", wr.Opcode)
 	}
-	if sendOpcodes[q.typ]&(1<<wr.Opcode) == 0 || wr.Opcode > verbs.WRSendWithInv {
+	if int(q.typ) >= len(sendOpcodes) || sendOpcodes[q.typ]&(1<<wr.Opcode) == 0 || wr.Opcode > verbs.WRSendWithInv {
 		return bad(syscall.EINVAL, "opcode %s is not allowed on a %s QP", wr.Opcode, q.typ)
 	}
 	if wr.SendFlags&^knownSendFlags != 0 {
