@@ -650,6 +650,12 @@ func (q *QP) handleResponseLocked(w *worker, p *wire.Packet) {
 	}
 	if p.AETH != nil {
 		syn := p.AETH.Syndrome()
+		if k := syn.Kind(); (k == wire.AckKindRNRNAK || k == wire.AckKindNAK) && psn.Diff(s.ackPSN) < 0 {
+			// A NAK names a PSN not received; one already acknowledged
+			// makes it a late or duplicated packet.
+			s.e.drop(DropStaleResponse)
+			return
+		}
 		switch syn.Kind() {
 		case wire.AckKindRNRNAK:
 			if s.rnrWait && psn == s.rnrPSN {
@@ -878,6 +884,11 @@ func (q *QP) ackUpToLocked(w *worker, psn wire.PSN) {
 	if limit.Diff(s.ackPSN) > 0 && limit.Diff(s.psn) <= 0 {
 		s.ackPSN = limit
 		progress = true
+	}
+	if s.rnrWait && s.ackPSN.Diff(s.rnrPSN) > 0 {
+		// The RNR NAKed packet was received after all (an earlier copy
+		// got through): nothing to wait for.
+		s.rnrWait = false
 	}
 	if progress {
 		s.resetRetriesLocked(q)
