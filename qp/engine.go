@@ -166,7 +166,6 @@ type event struct {
 	kind eventKind
 	q    *QP
 	rx   *rxBuf
-	gen  uint32 // timer generation
 }
 
 // worker owns a share of the QPs and runs their protocol work: it alone
@@ -381,7 +380,7 @@ func (w *worker) handle(ev *event) {
 	case evKick:
 		w.markDirty(q)
 	case evTimer:
-		q.handleTimerLocked(w, ev.gen)
+		q.handleTimerLocked(w)
 	}
 	q.mu.Unlock()
 }

@@ -24,7 +24,6 @@ type engState struct {
 	e      *Engine
 	dirty  bool     // queued in its worker's dirty list
 	remote wire.Net // RC/UC peer, set on entry to RTR
-	mtu    uint32
 
 	// Requester.
 	psn        wire.PSN // next PSN to send
@@ -528,7 +527,7 @@ func (q *QP) stopTimerLocked() {
 // spent.
 //
 // Preconditions: q.mu is held.
-func (q *QP) handleTimerLocked(w *worker, _ uint32) {
+func (q *QP) handleTimerLocked(w *worker) {
 	s := &q.eng
 	if !s.timerArmed || s.e == nil {
 		return
@@ -619,15 +618,6 @@ func (q *QP) goBackLocked(psn wire.PSN) {
 		s.psn = psn
 		return
 	}
-}
-
-// readLen returns the data length of the WQE at position i.
-func (q *QP) readLen(i int) uint32 {
-	var n uint32
-	for _, sge := range q.wqeSGL(i) {
-		n += sge.Length
-	}
-	return n
 }
 
 // handleResponseLocked is the completer: it handles an ACK, NAK, READ

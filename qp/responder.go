@@ -55,7 +55,6 @@ type resource struct {
 func (q *QP) startResponderLocked() {
 	s := &q.eng
 	s.resp = respState{epsn: wire.MakePSN(q.attr.RQPSN), res: make([]resource, max(1, int(q.attr.MaxDestRdAtomic)))}
-	s.mtu = uint32(q.attr.PathMTU.Bytes())
 	if q.typ != verbs.QPTypeUD && s.e != nil {
 		s.remote = s.e.netFor(q.attr.AHAttr.GRH.DGID.Addr())
 	}
@@ -344,7 +343,7 @@ func (q *QP) readRequestLocked(w *worker, p *wire.Packet) {
 		q.responderErrorLocked(w, psn, wire.NAKRemoteAccessError, 0)
 		return
 	}
-	npkts := packetsFor(n, s.mtu)
+	npkts := packetsFor(n, q.mtuLocked())
 	r.msn = (r.msn + 1) & 0xffffff
 	res := &r.res[r.resNext]
 	r.resNext = (r.resNext + 1) % len(r.res)
@@ -357,7 +356,7 @@ func (q *QP) readRequestLocked(w *worker, p *wire.Packet) {
 // PSN from on (all of them for a new request, the rest for a duplicate).
 func (q *QP) sendReadResponsesLocked(w *worker, res *resource, from wire.PSN) {
 	s := &q.eng
-	mtu := s.mtu
+	mtu := q.mtuLocked()
 	npkts := packetsFor(res.length, mtu)
 	for i := uint32(from.Diff(res.firstPSN)); i < npkts; i++ {
 		off := i * mtu

@@ -43,14 +43,14 @@ func (h *Headers) Validate(payloadLen int) error {
 	op := h.BTH.OpCode
 	info := &opTable[op]
 	switch {
+	case payloadLen < 0:
+		return fmt.Errorf("wire: negative payload length %d: %w", payloadLen, syscall.EINVAL)
 	case !info.Valid:
 		return fmt.Errorf("wire: opcode %s is not defined: %w", op, syscall.EINVAL)
 	case !info.Payload && payloadLen != 0:
 		return fmt.Errorf("wire: %s carries no payload, got %d bytes: %w", op, payloadLen, syscall.EINVAL)
 	case info.FixedLen > 0 && payloadLen != info.FixedLen:
 		return fmt.Errorf("wire: %s carries exactly %d bytes of payload, got %d: %w", op, info.FixedLen, payloadLen, syscall.EINVAL)
-	case payloadLen < 0:
-		return fmt.Errorf("wire: negative payload length %d: %w", payloadLen, syscall.EINVAL)
 	case h.BTH.DestQP > 0xffffff:
 		return fmt.Errorf("wire: destination QP %#x exceeds 24 bits: %w", h.BTH.DestQP, syscall.EINVAL)
 	case uint32(h.BTH.PSN) > PSNMask:

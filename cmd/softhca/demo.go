@@ -94,7 +94,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	addrA, addrB, err := parseDemoAddrs(*addrs)
 	if err == nil && addrA == addrB && *port != 0 {
-		err = errors.New("A and B need different addresses to share a port")
+		err = errors.New("devices A and B need different addresses to share a port")
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "softhca demo: -addrs %s: %v\n", *addrs, err)
