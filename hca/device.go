@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/softhca/softhca/cq"
@@ -31,7 +32,11 @@ type Device struct {
 	nextPD  uint32
 	nextQPN uint32
 	qps     map[uint32]*QP // by QP number; protected by mu
-	counts  struct{ pd, cq, qp, srq, ah int }
+	// engQPs is the transport's view of qps, read without locking on
+	// every received packet and replaced whole (under mu) when a QP is
+	// created or destroyed, as mr.Table publishes its keys.
+	engQPs atomic.Pointer[map[uint32]*qp.QP]
+	counts struct{ pd, cq, qp, srq, ah int }
 }
 
 // Open opens a device with the given configuration (ibv_open_device).
@@ -65,6 +70,7 @@ func Open(cfg Config) (*Device, error) {
 		qps:     map[uint32]*QP{},
 	}
 	d.ev.init()
+	d.engQPs.Store(&map[uint32]*qp.QP{})
 	d.gids = append(d.gids, linkLocalGID(cfg.Attr.NodeGUID))
 	for _, a := range cfg.Addrs {
 		d.gids = append(d.gids, verbs.GIDFromAddr(a))
@@ -91,13 +97,17 @@ func Open(cfg Config) (*Device, error) {
 }
 
 // lookupQP is the transport's QP table.
-func (d *Device) lookupQP(qpn uint32) *qp.QP {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if w := d.qps[qpn]; w != nil {
-		return w.QP
+func (d *Device) lookupQP(qpn uint32) *qp.QP { return (*d.engQPs.Load())[qpn] }
+
+// publishQPsLocked rebuilds the transport's QP table from qps.
+//
+// Preconditions: d.mu is held.
+func (d *Device) publishQPsLocked() {
+	m := make(map[uint32]*qp.QP, len(d.qps))
+	for n, w := range d.qps {
+		m[n] = w.QP
 	}
-	return nil
+	d.engQPs.Store(&m)
 }
 
 // TransportStats returns the transport's counters (zero without a link).

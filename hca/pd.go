@@ -339,6 +339,7 @@ func (p *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 	}
 	w.QP = q
 	d.qps[qpn] = w
+	d.publishQPsLocked()
 	p.refs++
 	return w, nil
 }
@@ -394,6 +395,7 @@ func (q *QP) Destroy(ctx context.Context) error {
 	}
 	d.ev.purge(func(e *AsyncEvent) bool { return e.QP == q })
 	delete(d.qps, q.Num())
+	d.publishQPsLocked()
 	d.counts.qp--
 	q.pd.refs--
 	return nil
