@@ -16,8 +16,9 @@ import (
 
 // Throughput over IPv4 loopback: one goroutine sends, another receives.
 // The sender keeps at most benchWindow packets in flight (the receiver's
-// count is the ACK clock), so no packet is lost to a full socket buffer
-// and the figure is delivered throughput. One op is one packet of
+// count is the ACK clock), so a full socket buffer rarely drops a packet;
+// the figure is delivered throughput, and what loopback did drop is
+// reported as "lost" (more than 1% fails the benchmark). One op is one packet of
 // benchPayload bytes of payload (4112 bytes of InfiniBand packet).
 const (
 	benchPayload = 4096
@@ -66,13 +67,17 @@ func run(b *testing.B, size int, send func(k int), recv func() int, stop func())
 	b.Helper()
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
-	var received atomic.Int64
+	// A window that makes no progress for stallTime has lost its packets
+	// (loopback drops when a socket buffer overflows on a loaded
+	// machine): they are counted as lost instead of stalling the window.
+	const stallTime = 100 * time.Millisecond
+	var received, lost atomic.Int64
 	progress := make(chan struct{}, 1)
 	done := make(chan struct{})
 	total := int64(b.N)
 	go func() {
 		defer close(done)
-		for received.Load() < total {
+		for received.Load()+lost.Load() < total {
 			k := recv()
 			if k < 0 {
 				return
@@ -84,30 +89,45 @@ func run(b *testing.B, size int, send func(k int), recv func() int, stop func())
 			}
 		}
 	}()
-	guard := time.AfterFunc(2*watchdog, stop) // a lost packet fails instead of hanging
+	guard := time.AfterFunc(2*watchdog, stop) // a wedged receiver fails instead of hanging
 	defer guard.Stop()
 	b.ResetTimer()
 	sent := int64(0)
 	for sent < total {
-		for sent-received.Load() >= benchWindow {
+		for sent-received.Load()-lost.Load() >= benchWindow {
 			select {
 			case <-progress:
 			case <-done:
 				b.Fatalf("receiver stopped after %d of %d packets", received.Load(), total)
+			case <-time.After(stallTime):
+				lost.Store(sent - received.Load())
 			}
 		}
-		k := min(benchBatch, total-sent, benchWindow-(sent-received.Load()))
+		k := min(benchBatch, total-sent, benchWindow-(sent-received.Load()-lost.Load()))
 		send(int(k))
 		sent += k
 	}
-	<-done
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		case <-progress:
+		case <-time.After(stallTime):
+			lost.Store(total - received.Load())
+			stop() // wake the receiver: what is missing is lost
+			<-done
+			waiting = false
+		}
+	}
 	b.StopTimer()
-	if got := received.Load(); got != total {
-		b.Fatalf("received %d of %d packets", got, total)
+	got := received.Load()
+	if l := total - got; l > total/100 {
+		b.Fatalf("lost %d of %d packets", l, total)
 	}
 	sec := b.Elapsed().Seconds()
-	b.ReportMetric(float64(total)/sec, "pkts/s")
-	b.ReportMetric(float64(total)*float64(size)*8/sec/1e9, "Gbit/s")
+	b.ReportMetric(float64(got)/sec, "pkts/s")
+	b.ReportMetric(float64(got)*float64(size)*8/sec/1e9, "Gbit/s")
+	b.ReportMetric(float64(total-got), "lost")
 }
 
 // BenchmarkRawUDPBaseline is the bar the link is measured against: the
@@ -184,7 +204,11 @@ func BenchmarkRawUDPBaseline(b *testing.B) {
 			for k > 0 {
 				m := min(k, maxSegs)
 				siov.SetLen(m * seg)
-				if _, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(sfd), uintptr(unsafe.Pointer(&smsg)), 0); e != 0 {
+				_, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(sfd), uintptr(unsafe.Pointer(&smsg)), 0)
+				for e == unix.EINTR {
+					_, _, e = unix.Syscall(unix.SYS_SENDMSG, uintptr(sfd), uintptr(unsafe.Pointer(&smsg)), 0)
+				}
+				if e != 0 {
 					b.Error(e)
 					return
 				}
@@ -194,10 +218,14 @@ func BenchmarkRawUDPBaseline(b *testing.B) {
 		func() int {
 			rmsg.SetControllen(len(rctl))
 			r, _, e := unix.Syscall(unix.SYS_RECVMSG, uintptr(rfd), uintptr(unsafe.Pointer(&rmsg)), 0)
+			for e == unix.EINTR { // Go's preemption signal interrupts blocking syscalls
+				rmsg.SetControllen(len(rctl))
+				r, _, e = unix.Syscall(unix.SYS_RECVMSG, uintptr(rfd), uintptr(unsafe.Pointer(&rmsg)), 0)
+			}
 			if e != 0 {
 				return -1
 			}
 			return (int(r) + seg - 1) / seg
 		},
-		func() {})
+		func() { _ = unix.Shutdown(rfd, unix.SHUT_RD) })
 }
