@@ -16,6 +16,12 @@ import (
 // shared by every CQ created with the channel. Its file descriptor, an
 // eventfd, is readable exactly while the FIFO is non-empty.
 //
+// The eventfd costs a write per event and a read per GetEvent, two system
+// calls on the completion path, which a program that only calls GetEvent
+// never looks at. So its counter is kept in step with the FIFO only from
+// the first call to FD on: until then it stays zero, and FD brings it up
+// to the number of events pending.
+//
 // Create it with NewChannel and close it with Close once no CQ uses it.
 type Channel struct {
 	// wake holds a token when a waiter in GetEvent should look at the
@@ -30,6 +36,7 @@ type Channel struct {
 	mu sync.Mutex
 	// The following fields are protected by mu.
 	fd          int       // the eventfd; -1 once closed
+	fdInUse     bool      // FD was called: the eventfd counts the FIFO
 	closed      bool      // Close has succeeded
 	nonBlocking bool      // O_NONBLOCK on channel->fd
 	users       int       // CQs created with the channel and not destroyed
@@ -66,6 +73,12 @@ func NewChannel() (*Channel, error) {
 func (ch *Channel) FD() int {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
+	if !ch.fdInUse && !ch.closed {
+		ch.fdInUse = true
+		for range ch.q.len() {
+			ch.writeFDLocked()
+		}
+	}
 	return ch.fd
 }
 
@@ -201,11 +214,11 @@ func (ch *Channel) signal() {
 	}
 }
 
-// writeFDLocked adds one to the eventfd counter.
+// writeFDLocked adds one to the eventfd counter, once FD was called.
 //
 // Preconditions: ch.mu is held and the channel is open.
 func (ch *Channel) writeFDLocked() {
-	for {
+	for ch.fdInUse {
 		_, err := unix.Write(ch.fd, ch.one[:])
 		if err == unix.EINTR {
 			continue
@@ -219,11 +232,12 @@ func (ch *Channel) writeFDLocked() {
 	}
 }
 
-// readFDLocked takes one from the eventfd counter (semaphore mode).
+// readFDLocked takes one from the eventfd counter (semaphore mode), once
+// FD was called.
 //
 // Preconditions: ch.mu is held and the channel is open.
 func (ch *Channel) readFDLocked() {
-	for {
+	for ch.fdInUse {
 		_, err := unix.Read(ch.fd, ch.rbuf[:])
 		if err == unix.EINTR {
 			continue

@@ -392,3 +392,27 @@ func TestAckEventsClampAndBatch(t *testing.T) {
 	c.AckEvents(1)
 	require.NoError(t, c.Destroy(context.Background()))
 }
+
+// TestFDCountsEventsQueuedBeforeFirstUse: the eventfd is kept in step only
+// from the first FD call, which brings it up to the events already
+// pending, so a program that polls the fd late still sees each of them.
+func TestFDCountsEventsQueuedBeforeFirstUse(t *testing.T) {
+	ch := newChannel(t)
+	c := newCQ(t, Config{CQE: 8, Channel: ch})
+	for range 3 {
+		require.NoError(t, c.ReqNotify(false))
+		require.True(t, c.Push(wc(1), false))
+	}
+	_, err := ch.GetEvent(context.Background())
+	require.NoError(t, err, "taken before the fd was ever asked for")
+	fd := ch.FD()
+	for i := range 2 {
+		require.True(t, readable(t, fd), "event %d of the 2 still pending", i)
+		_, err := ch.GetEvent(context.Background())
+		require.NoError(t, err)
+	}
+	require.False(t, readable(t, fd), "the eventfd counts exactly the pending events")
+	c.AckEvents(3)
+	require.NoError(t, c.Destroy(context.Background()))
+	require.Equal(t, 0, ch.fdErrs)
+}

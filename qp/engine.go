@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -180,6 +181,9 @@ type worker struct {
 	tx     []link.Packet
 	txBufs [][]byte
 	dirty  []*QP // QPs with a pending ACK or requester work after the batch
+	// delivered: this batch completed a receive, so an application may
+	// be about to answer it (see run).
+	delivered bool
 }
 
 const txBatch = 64
@@ -349,6 +353,7 @@ func (w *worker) run() {
 		case <-w.e.done:
 			return
 		}
+		yielded := false
 		for {
 			// Swap the queue with the spare array: posters append to
 			// one while the worker handles the other, and neither is
@@ -362,9 +367,23 @@ func (w *worker) run() {
 				batch[i] = event{}
 			}
 			w.spare = batch[:0]
-			if len(batch) == 0 {
+			if len(batch) == 0 && len(w.dirty) == 0 {
 				break
 			}
+			if w.delivered && !yielded && len(w.dirty) > 0 {
+				// A receive just completed and ACKs are about to
+				// leave. The application woken by the completion
+				// runs next on this P; if it answers (a send on
+				// the same QP, as request-response traffic does),
+				// its packets join the ACKs in one transmit batch:
+				// one system call instead of two, on both sides.
+				// The ACKs wait for at most one scheduling round.
+				yielded = true
+				w.delivered = false
+				runtime.Gosched()
+				continue
+			}
+			w.delivered = false
 			w.finishBatch()
 		}
 	}
@@ -377,6 +396,10 @@ func (w *worker) handle(ev *event) {
 	case evPacket:
 		q.handlePacketLocked(w, &ev.rx.p)
 		w.e.pool.Put(ev.rx)
+		if q.eng.delivered {
+			q.eng.delivered = false
+			w.delivered = true
+		}
 	case evKick:
 		w.markDirty(q)
 	case evTimer:

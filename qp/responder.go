@@ -251,6 +251,7 @@ func (q *QP) completeRecvLocked(wqe *srq.RecvWQE, status verbs.WCStatus, n uint3
 	if p.DETH != nil {
 		wc.SrcQP = p.DETH.SrcQP()
 	}
+	q.eng.delivered = true
 	q.recvCQ.Push(&wc, p.BTH.SolicitedEvent())
 }
 
