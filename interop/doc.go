@@ -1,0 +1,17 @@
+// Package interop is softhca's interoperability harness: it boots Linux
+// soft-RoCE (rdma_rxe) in a qemu guest attached to a host bridge and runs
+// rdma-core's and perftest's tools in the guest against softhca on the
+// host, in both directions, checking that the data arrived intact and that
+// each side accepted the other's packets (their ICRC verified).
+//
+// The package is a small library: the guest image builder (image.go), the
+// host network and the VM (vm.go), the guest command channel (package
+// interop/agent), packet capture and checks (capture.go), rxe's counters
+// (counters.go) and the host side of the immediate-data test (imm.go).
+// The matrix itself is in the test files, behind the build tag interop:
+//
+//	go test -tags interop ./interop/...      # needs root, qemu, /dev/net/tun
+//
+// and go run -tags interop ./interop/cmd/vm keeps a guest running for
+// trying tools by hand. See README.md in this directory.
+package interop

@@ -1,0 +1,132 @@
+package interop
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Net is the host side of the guest's network: a bridge holding the host's
+// address and a tap device that qemu attaches the guest's virtio NIC to.
+type Net struct {
+	// Bridge and Tap are the interface names (shbr0, shtap0).
+	Bridge, Tap string
+	// Host is the bridge's address, Guest the guest's (same prefix).
+	Host, Guest netip.Prefix
+	// MTU is the bridge's, the tap's and the guest's eth0's MTU.
+	MTU int
+}
+
+// Slot returns the network of slot n (0..9): bridge shbrN, tap shtapN,
+// host 10.77.N.1/24 and guest 10.77.N.2/24, MTU 9000 (rxe's path MTU 4096
+// needs more than 4096 + 80 bytes). The tests use slot 0 and the vm
+// command slot 1 by default, so the two do not clash.
+func Slot(n int) Net {
+	return Net{
+		Bridge: fmt.Sprintf("shbr%d", n),
+		Tap:    fmt.Sprintf("shtap%d", n),
+		Host:   netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 1}), 24),
+		Guest:  netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 2}), 24),
+		MTU:    9000,
+	}
+}
+
+// GuestMAC is the guest NIC's MAC address, derived from the guest's IP.
+func (n Net) GuestMAC() string {
+	b := n.Guest.Addr().As4()
+	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", b[1], b[2], b[3])
+}
+
+// MissingNetTools says what creating the network needs and the host lacks.
+func MissingNetTools() []string {
+	var miss []string
+	if _, err := lookPath("ip"); err != nil {
+		miss = append(miss, "ip (iproute2)")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		miss = append(miss, "/dev/net/tun (the tun module, or a container with the device)")
+	}
+	return miss
+}
+
+// Up creates the bridge and the tap (removing stale ones of the same names
+// that no running VM uses).
+func (n Net) Up(ctx context.Context) error {
+	if pid := qemuUsing(n.Tap); pid != 0 {
+		return fmt.Errorf("a running qemu (pid %d) already uses %s: stop it (vm down) or use another slot", pid, n.Tap)
+	}
+	n.Down()
+	mtu := strconv.Itoa(n.MTU)
+	steps := [][]string{
+		{"link", "add", "name", n.Bridge, "type", "bridge"},
+		{"tuntap", "add", "dev", n.Tap, "mode", "tap"},
+		{"link", "set", n.Tap, "mtu", mtu},
+		{"link", "set", n.Tap, "master", n.Bridge},
+		{"link", "set", n.Bridge, "mtu", mtu},
+		{"addr", "add", n.Host.String(), "dev", n.Bridge},
+		{"link", "set", n.Tap, "up"},
+		{"link", "set", n.Bridge, "up"},
+	}
+	for _, s := range steps {
+		if out, err := command(ctx, "", "ip", s...); err != nil {
+			n.Down()
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(s, " "), err, bytes.TrimSpace(out))
+		}
+	}
+	// No IPv6 on the test network: no router solicitations or DAD noise.
+	for _, d := range []string{n.Bridge, n.Tap} {
+		os.WriteFile(filepath.Join("/proc/sys/net/ipv6/conf", d, "disable_ipv6"), []byte("1"), 0o644)
+	}
+	return nil
+}
+
+// SetMTU changes the MTU of the tap and the bridge.
+func (n *Net) SetMTU(ctx context.Context, mtu int) error {
+	for _, d := range []string{n.Tap, n.Bridge} {
+		if out, err := command(ctx, "", "ip", "link", "set", d, "mtu", strconv.Itoa(mtu)); err != nil {
+			return fmt.Errorf("ip link set %s mtu %d: %v: %s", d, mtu, err, bytes.TrimSpace(out))
+		}
+	}
+	n.MTU = mtu
+	return nil
+}
+
+// Down removes the tap and the bridge; missing ones are not an error.
+func (n Net) Down() {
+	for _, d := range []string{n.Tap, n.Bridge} {
+		if _, err := os.Stat(filepath.Join("/sys/class/net", d)); err == nil {
+			command(context.Background(), "", "ip", "link", "del", d)
+		}
+	}
+}
+
+// qemuUsing returns the pid of a running qemu whose command line names the
+// tap, or 0.
+func qemuUsing(tap string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cl, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cl), "\x00")
+		if !strings.Contains(filepath.Base(args[0]), "qemu") {
+			continue
+		}
+		for _, a := range args {
+			if strings.Contains(a, "ifname="+tap+",") {
+				return pid
+			}
+		}
+	}
+	return 0
+}
