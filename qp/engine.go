@@ -173,20 +173,30 @@ type event struct {
 // handles their events and uses its transmit batch, so each QP's packets
 // leave in the order they were built.
 type worker struct {
-	e      *Engine
-	mu     sync.Mutex
-	queue  []event // protected by mu
-	spare  []event
-	notify chan struct{}
-	tx     []link.Packet
-	txBufs [][]byte
-	dirty  []*QP // QPs with a pending ACK or requester work after the batch
+	e       *Engine
+	mu      sync.Mutex
+	queue   []event // protected by mu
+	spare   []event
+	notify  chan struct{}
+	tx      []link.Packet
+	txBytes int // bytes queued in tx
+	txBufs  [][]byte
+	dirty   []*QP // QPs with a pending ACK or requester work after the batch
 	// delivered: this batch completed a receive, so an application may
 	// be about to answer it (see run).
 	delivered bool
 }
 
-const txBatch = 64
+// A transmit batch is flushed when it holds txBatch packets or
+// txBatchBytes bytes, whichever comes first. Small packets want large
+// batches (one system call for many); large ones want the receiver to
+// start early: 64 packets of 4 KiB are half the 128-PSN window, which the
+// peer would see only after the whole quarter megabyte went through the
+// kernel, while the requester, its window soon full, waits for ACKs.
+const (
+	txBatch      = 64
+	txBatchBytes = 64 << 10
+)
 
 // NewEngine starts the engine's workers and receive goroutine.
 func NewEngine(cfg EngineConfig) *Engine {
@@ -432,7 +442,7 @@ func (w *worker) finishBatch() {
 
 // txSlot returns a buffer for the next packet, flushing a full batch.
 func (w *worker) txSlot() []byte {
-	if len(w.tx) == txBatch {
+	if len(w.tx) == txBatch || w.txBytes >= txBatchBytes {
 		w.flush()
 	}
 	return w.txBufs[len(w.tx)]
@@ -442,6 +452,7 @@ func (w *worker) txSlot() []byte {
 func (w *worker) queueTx(n int, dst *wire.Net) {
 	b := w.txBufs[len(w.tx)][:n]
 	w.tx = append(w.tx, link.Packet{Buf: b, Net: *dst})
+	w.txBytes += n
 }
 
 // flush sends the queued packets.
@@ -457,6 +468,7 @@ func (w *worker) flush() {
 	w.e.c.tx.Add(uint64(len(w.tx)))
 	_ = w.e.cfg.Link.Send(w.tx)
 	w.tx = w.tx[:0]
+	w.txBytes = 0
 }
 
 // netFor returns the IP/UDP fields for packets to a peer address.
