@@ -1,0 +1,230 @@
+package perftest
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/link/udp"
+)
+
+// side is the outcome of one side of a run.
+type side struct {
+	res *Result
+	err error
+	out string
+}
+
+// runPair runs a softhca server and a softhca client of test with the same
+// perftest arguments, in this process, over UDP loopback on free ports.
+func runPair(t *testing.T, test string, args ...string) (server, client side) {
+	t.Helper()
+	tst, err := ParseTest(test)
+	require.NoError(t, err)
+	so, err := ParseArgs(tst, args)
+	require.NoError(t, err)
+	co, err := ParseArgs(tst, append(append([]string{}, args...), "127.0.0.1"))
+	require.NoError(t, err)
+
+	open := func() *udp.Link {
+		l, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), GSO: true, GRO: true})
+		require.NoError(t, err)
+		return l
+	}
+	ls, lc := open(), open()
+	ns, _ := ls.LocalAddr()
+	nc, _ := lc.LocalAddr()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	co.Port = l.Addr().(*net.TCPAddr).Port
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	run := func(o *Options, lk link.Link, peer uint16, lst net.Listener, into *side) {
+		defer wg.Done()
+		var out bytes.Buffer
+		into.res, into.err = Run(ctx, Config{Options: o, Stdout: &out, Stderr: &out, Listener: lst,
+			OpenLink: func(netip.Addr) (link.Link, uint16, error) { return lk, peer, nil }})
+		into.out = out.String()
+		if into.err != nil {
+			cancel() // do not leave the other side waiting
+		}
+	}
+	wg.Add(2)
+	go run(so, ls, nc.SrcPort, l, &server)
+	go run(co, lc, ns.SrcPort, nil, &client)
+	wg.Wait()
+	require.NoError(t, server.err, "server output:\n%s", server.out)
+	require.NoError(t, client.err, "client output:\n%s", client.out)
+	return server, client
+}
+
+// local and remote return a side's two areas.
+func local(r *Result) []byte  { return r.Buf[:r.Region] }
+func remote(r *Result) []byte { return r.Buf[r.Region:] }
+
+// checkSlots checks that every slot a size's messages used holds, in
+// dst's area, the bytes src has at the same offset.
+func checkSlots(t *testing.T, src, dst []byte, size, iters int, r *Result) {
+	t.Helper()
+	s := &session{res: r}
+	inc, slots := s.slotting(size)
+	for i := range min(iters, slots) {
+		off := i * inc
+		require.Equal(t, src[off:off+size], dst[off:off+size], "slot %d (offset %d, size %d)", i, off, size)
+	}
+}
+
+func TestRunWriteBW(t *testing.T) {
+	srv, cli := runPair(t, "write", "-n", "40", "-s", "100")
+	// The client wrote its pattern into the server's advertised area.
+	checkSlots(t, local(cli.res), remote(srv.res), 100, 40, cli.res)
+	require.Len(t, cli.res.Reports, 1)
+	r := cli.res.Reports[0]
+	require.Equal(t, uint64(100), r.Size)
+	require.Equal(t, uint64(40), r.Iters)
+	require.Greater(t, r.Avg, 0.0)
+	require.GreaterOrEqual(t, r.Peak, r.Avg*0.99)
+	// The server printed the client's figures.
+	require.NotNil(t, srv.res.PeerReport)
+	require.Equal(t, r, *srv.res.PeerReport)
+	for _, s := range []side{srv, cli} {
+		require.Contains(t, s.out, "RDMA_Write BW Test")
+		require.Contains(t, s.out, BWHeader+"\n")
+		require.Contains(t, s.out, FormatBWLine(r, false))
+	}
+	require.Equal(t, srv.res.Local, cli.res.Remote)
+	require.Equal(t, cli.res.Local, srv.res.Remote)
+}
+
+func TestRunWriteBWAllSizes(t *testing.T) {
+	// -a runs 23 sizes up to 8 MiB; few iterations keep it short.
+	srv, cli := runPair(t, "write", "-a", "-n", "5", "--report_gbits")
+	require.Len(t, cli.res.Reports, 23)
+	for i, r := range cli.res.Reports {
+		require.Equal(t, uint64(2)<<i, r.Size)
+	}
+	// The largest size's bytes arrived at offset 0.
+	require.Equal(t, local(cli.res)[:MaxSize], remote(srv.res)[:MaxSize])
+	require.Contains(t, cli.out, BWHeaderGbits)
+}
+
+func TestRunReadBW(t *testing.T) {
+	srv, cli := runPair(t, "read", "-n", "30", "-s", "3000", "-o", "4")
+	// The client read the server's pattern into its own area.
+	checkSlots(t, remote(srv.res), local(cli.res), 3000, 30, cli.res)
+	require.Equal(t, uint16(4), srv.res.Local.OutReads)
+	require.Contains(t, cli.out, "RDMA_Read BW Test")
+	require.Contains(t, cli.out, " Outstand reads  : 4\n")
+	require.Contains(t, srv.out, FormatBWLine(cli.res.Reports[0], false))
+}
+
+func TestRunSendBW(t *testing.T) {
+	srv, cli := runPair(t, "send", "-n", "50", "-s", "1500", "-r", "8")
+	checkSlots(t, local(cli.res), remote(srv.res), 1500, 50, cli.res)
+	// Both sides measure; the receiver has no peak.
+	require.Equal(t, uint64(50), srv.res.Reports[0].Iters)
+	require.Zero(t, srv.res.Reports[0].Peak)
+	require.Greater(t, cli.res.Reports[0].Peak, 0.0)
+	require.Contains(t, srv.out, " RX depth        : 8\n")
+	require.Contains(t, srv.out, FormatBWLine(srv.res.Reports[0], false))
+}
+
+func TestRunSendBWAllSizes(t *testing.T) {
+	srv, cli := runPair(t, "send", "-a", "-n", "5")
+	require.Len(t, srv.res.Reports, 23)
+	require.Len(t, cli.res.Reports, 23)
+	require.Equal(t, local(cli.res)[:MaxSize], remote(srv.res)[:MaxSize])
+}
+
+// counters returns the 64-bit words at the atomic slots of an area.
+func counters(r *Result, area []byte, iters int) []uint64 {
+	s := &session{res: r}
+	inc, slots := s.slotting(8)
+	var c []uint64
+	for i := range min(iters, slots) {
+		c = append(c, binary.NativeEndian.Uint64(area[i*inc:]))
+	}
+	return c
+}
+
+func TestRunAtomicFetchAdd(t *testing.T) {
+	const n = 150 // more than the 64 slots of a 4 KiB cycle buffer
+	srv, cli := runPair(t, "atomic", "-n", "150", "-A", "FETCH_AND_ADD")
+	// Each message added 1 to its slot: the server's counters sum to n,
+	// and the last value fetched from each slot is its final count less
+	// one.
+	final := counters(cli.res, remote(srv.res), n)
+	var sum uint64
+	for _, v := range final {
+		sum += v
+	}
+	require.Equal(t, uint64(n), sum)
+	fetched := counters(cli.res, local(cli.res), n)
+	for i := range final {
+		require.Equal(t, final[i]-1, fetched[i], "slot %d", i)
+	}
+	require.Contains(t, cli.out, "Atomic FETCH_AND_ADD BW Test")
+}
+
+func TestRunAtomicCmpSwap(t *testing.T) {
+	srv, cli := runPair(t, "atomic", "-n", "20", "-A", "CMP_AND_SWAP")
+	// perftest compares with 0 and swaps in 0: the server's memory stays
+	// zero, and every result area, which held softhca's pattern, now
+	// holds the original value 0.
+	for i, v := range counters(cli.res, remote(srv.res), 20) {
+		require.Zero(t, v, "server slot %d", i)
+	}
+	for i, v := range counters(cli.res, local(cli.res), 20) {
+		require.Zero(t, v, "fetched value %d", i)
+	}
+	require.Contains(t, cli.out, "Atomic CMP_AND_SWAP BW Test")
+}
+
+func TestRunWriteLat(t *testing.T) {
+	srv, cli := runPair(t, "write_lat", "-n", "300", "-s", "64")
+	// Each side's last write carried its count (300 mod 256) in the last
+	// byte, and the peer saw it.
+	for _, p := range [][2]*Result{{srv.res, cli.res}, {cli.res, srv.res}} {
+		require.Equal(t, local(p[0])[:63], remote(p[1])[:63])
+		require.Equal(t, byte(300%256), remote(p[1])[63])
+	}
+	for _, s := range []side{srv, cli} {
+		require.Len(t, s.res.LatReports, 1)
+		require.Contains(t, s.out, "RDMA_Write Latency Test")
+		require.Contains(t, s.out, LatHeader+"\n")
+		require.Contains(t, s.out, FormatLatLine(s.res.LatReports[0]))
+	}
+}
+
+func TestRunSendLat(t *testing.T) {
+	srv, cli := runPair(t, "send_lat", "-n", "20", "-s", "2000")
+	require.Equal(t, local(cli.res)[:2000], remote(srv.res)[:2000])
+	require.Equal(t, local(srv.res)[:2000], remote(cli.res)[:2000])
+	require.Len(t, srv.res.LatReports, 1)
+	require.Len(t, cli.res.LatReports, 1)
+}
+
+func TestRunReadLat(t *testing.T) {
+	srv, cli := runPair(t, "read_lat", "-n", "10", "-a")
+	require.Len(t, cli.res.LatReports, 23)
+	require.Empty(t, srv.res.LatReports)
+	require.Equal(t, remote(srv.res)[:MaxSize], local(cli.res)[:MaxSize])
+	require.True(t, strings.HasSuffix(srv.out, resultLine), srv.out)
+}
+
+func TestRunAtomicLat(t *testing.T) {
+	srv, cli := runPair(t, "atomic_lat", "-n", "10")
+	require.Equal(t, uint64(10), binary.NativeEndian.Uint64(remote(srv.res)))
+	require.Equal(t, uint64(9), binary.NativeEndian.Uint64(local(cli.res)))
+}
