@@ -427,12 +427,19 @@ func (w *worker) markDirty(q *QP) {
 
 // finishBatch runs the requesters of the QPs that may send, sends the
 // coalesced ACKs, and flushes the transmit batch.
+//
+// A QP's requester packets go before its ACK: the two belong to
+// independent streams (the ACK answers the peer's requests), and with
+// UDP GSO a run of equal-length packets may end with a shorter one, so a
+// request followed by the ACK leaves as one super-packet that crosses the
+// kernel once (request-response traffic: the answer and the ACK of the
+// question it answers, see run).
 func (w *worker) finishBatch() {
 	for i, q := range w.dirty {
 		q.mu.Lock()
 		q.eng.dirty = false
-		q.flushAckLocked(w)
 		q.runRequesterLocked(w)
+		q.flushAckLocked(w)
 		q.mu.Unlock()
 		w.dirty[i] = nil
 	}
