@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -330,10 +329,10 @@ func (s *session) setup(addr netip.AddrPort) error {
 		s.mem[i] = fill
 	}
 
-	if c.Events {
-		if s.ch, err = s.dev.CreateCompChannel(); err != nil {
-			return fail("Couldn't create completion channel", err)
-		}
+	// With -e the examples sleep on the channel; without, they poll
+	// busily, and softhca sleeps on it after a while (waitCompletions).
+	if s.ch, err = s.dev.CreateCompChannel(); err != nil {
+		return fail("Couldn't create completion channel", err)
 	}
 	if s.pd, err = s.dev.AllocPD(); err != nil {
 		return fail("Couldn't allocate PD", err)
@@ -714,7 +713,6 @@ func (s *session) loop(ctx context.Context) error {
 	wcs := make([]verbs.WC, batch)
 	routs := rxDepth
 	rcnt, scnt := 0, 0
-	spins := 0
 	for rcnt < iters || scnt < iters {
 		if c.Events {
 			evCQ, err := s.ch.GetEvent(ctx)
@@ -730,16 +728,11 @@ func (s *session) loop(ctx context.Context) error {
 			}
 		}
 		n := s.cq.Poll(wcs)
-		if n == 0 {
-			if !c.Events {
-				// Busy polling, as the examples do; yield so that the
-				// device's goroutines run on a small machine.
-				if spins++; spins%1024 == 0 && ctx.Err() != nil {
-					return fail("poll CQ failed", ctx.Err())
-				}
-				runtime.Gosched()
+		if n == 0 && !c.Events {
+			var err error
+			if n, err = s.waitCompletions(ctx, wcs); err != nil {
+				return err
 			}
-			continue
 		}
 		for i := range wcs[:n] {
 			if err := s.handleWC(&wcs[i], &rcnt, &scnt, &routs, refillAt); err != nil {
@@ -751,6 +744,28 @@ func (s *session) loop(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// waitCompletions is the poll mode's wait for completions, called when
+// a poll found none. rdma-core's examples poll the CQ in a busy loop; a
+// Go program that does that starves its own network goroutines on a busy
+// machine (the scheduler runs the poller ahead of the network poller:
+// milliseconds per message), and spinning a while first measured slower
+// than not. So softhca sleeps on its completion channel, armed before a
+// last poll, as ibv_req_notify_cq(3) says, so that no completion is
+// missed; the worker that completes the work wakes it directly.
+func (s *session) waitCompletions(ctx context.Context, wcs []verbs.WC) (int, error) {
+	if err := s.cq.ReqNotify(false); err != nil {
+		return 0, fail("Couldn't request CQ notification", err)
+	}
+	if n := s.cq.Poll(wcs); n > 0 {
+		return n, nil
+	}
+	if _, err := s.ch.GetEvent(ctx); err != nil {
+		return 0, fail("poll CQ failed", err)
+	}
+	s.cq.AckEvents(1)
+	return s.cq.Poll(wcs), nil
 }
 
 // handleWC accounts for one completion (parse_single_wc) and posts the
