@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/softhca/softhca/internal/perftest"
+)
+
+const perfUsage = `usage: softhca perf TEST [OPTIONS] [SERVER]
+
+Run one of perftest's tests on a softhca device, as the server (without
+SERVER) or as the client of SERVER. The other side may be perftest itself
+(the ib_*_bw and ib_*_lat programs of perftest 4.5-0.17, Debian 12's
+package, on Linux rdma_rxe or a RoCE NIC) or another softhca perf: the
+out-of-band exchange over TCP, the QP setup and the result tables are
+perftest's.
+
+TEST is send, write, read or atomic, with _bw (the default) or _lat, and
+an optional ib_ prefix: "softhca perf write" is ib_write_bw,
+"softhca perf ib_read_lat" is ib_read_lat.
+
+perftest options (the same meaning, defaults and getopt syntax):
+  -p, --port=PORT          TCP port of the exchange (18515)
+  -s, --size=BYTES         message size (65536 for bw, 2 for lat, 8 for atomic)
+  -a, --all                every size from 2 to 2^23 bytes
+  -n, --iters=N            iterations (5000 for write_bw, else 1000; at least 5)
+  -m, --mtu=MTU            path MTU 256..4096 (at most the port's active MTU)
+  -x, --gid-index=N        GID index; softhca's address is GID 1
+  -d, --ib-dev=NAME        device name (softhca names its device so)
+  -i, --ib-port=1          port (softhca has one)
+  -A, --atomic_type=TYPE   CMP_AND_SWAP or FETCH_AND_ADD (atomic tests)
+  -o, --outs=N             outstanding reads (read and atomic tests)
+  -t, --tx-depth=N         send queue depth (128 for bw, 1 for lat)
+  -r, --rx-depth=N         receive queue depth (512 for send tests)
+  -Q, --cq-mod=N           signal every Nth send (100; 1 above 8 KiB)
+  -u, --qp-timeout=N       local ACK timeout exponent (14)
+  -N, --noPeak             do not compute the peak bandwidth
+  -c, --connection=RC      transport (RC only)
+  -q, --qp=1               QPs (one only)
+  -F, --CPU-freq           accepted; softhca measures with the monotonic clock
+      --report_gbits       report Gb/s instead of MB/s
+  -h, --help, -V, --version
+Other perftest options are refused by name.
+
+softhca options:
+  --addr=IP[:PORT]   the device's UDP address (default: the local address
+                     of the exchange connection, port 4791)
+  --peer-port=PORT   the UDP port of the peer's device (4791)
+  --timeout=DURATION give up after this long (default: never, as perftest)
+
+Examples:
+  server:  softhca perf write -s 4096
+  client:  softhca perf write -s 4096 10.0.0.1
+  with rxe on the other host: ib_write_bw -d rxe0 -x 1 -s 4096 [SERVER]
+
+Exit status: 0 when the test ran, 1 when it failed, 2 on usage errors.
+`
+
+// Test hooks: perfListening, if set, is called with the server's address
+// once it accepts connections; perfDone with what a run left behind.
+var (
+	perfListening func(net.Addr)
+	perfDone      func(*perftest.Options, *perftest.Result)
+)
+
+// runPerf is the perf command.
+func runPerf(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, perfUsage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		fmt.Fprint(stderr, perfUsage)
+		return exitOK
+	}
+	test, err := perftest.ParseTest(args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "softhca perf: %v\n\n%s", err, perfUsage)
+		return exitUsage
+	}
+	o, err := perftest.ParseArgs(test, args[1:])
+	switch {
+	case errors.Is(err, perftest.ErrHelp):
+		fmt.Fprint(stderr, perfUsage)
+		return exitOK
+	case errors.Is(err, perftest.ErrVersion):
+		fmt.Fprintf(stdout, "softhca perf %s: speaks the exchange of perftest 4.5-0.17 (version %s)\n", test, perftest.Version)
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := perftest.Run(ctx, perftest.Config{Options: o, Stdout: stdout, Stderr: stderr, Listening: perfListening})
+	if perfDone != nil {
+		perfDone(o, res)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
+		return exitFailure
+	}
+	return exitOK
+}

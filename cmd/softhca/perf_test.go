@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softhca/softhca/internal/perftest"
+)
+
+// perfRun is the outcome of one side of softhca perf.
+type perfRun struct {
+	code     int
+	out, err string
+	res      *perftest.Result
+}
+
+// perfAddrs returns the device options of a server and a client on two
+// random loopback addresses (Linux routes all of 127/8 to lo): port 4791
+// there when it is free, else free ports named with --peer-port. The
+// server's device takes its address from the exchange connection.
+func perfAddrs(t *testing.T) (serverIP netip.Addr, serverArgs, clientArgs []string) {
+	t.Helper()
+	x, y, z := rand.N(254)+1, rand.N(256), rand.N(127)*2
+	s := netip.AddrFrom4([4]byte{127, byte(x), byte(y), byte(z + 1)})
+	c := netip.AddrFrom4([4]byte{127, byte(x), byte(y), byte(z + 2)})
+	free := true
+	for _, a := range []netip.Addr{s, c} {
+		pc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 4791)))
+		if err != nil {
+			free = false
+			continue
+		}
+		pc.Close()
+	}
+	if free {
+		return s, nil, []string{"--addr", c.String()}
+	}
+	port := func(a netip.Addr) uint16 {
+		pc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 0)))
+		require.NoError(t, err)
+		defer pc.Close()
+		return uint16(pc.LocalAddr().(*net.UDPAddr).Port)
+	}
+	ps, pcl := port(s), port(c)
+	return s, []string{"--addr", netip.AddrPortFrom(s, ps).String(), "--peer-port", fmt.Sprint(pcl)},
+		[]string{"--addr", netip.AddrPortFrom(c, pcl).String(), "--peer-port", fmt.Sprint(ps)}
+}
+
+// runPerfPair runs "softhca perf" as server and as client in this
+// process with the same arguments, and returns both outcomes.
+func runPerfPair(t *testing.T, test string, args ...string) (server, client perfRun) {
+	t.Helper()
+	ip, sa, ca := perfAddrs(t)
+	listening := make(chan net.Addr, 1)
+	var mu sync.Mutex
+	results := map[bool]*perftest.Result{}
+	perfListening = func(a net.Addr) { listening <- a }
+	perfDone = func(o *perftest.Options, r *perftest.Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		results[o.Server == ""] = r
+	}
+	defer func() { perfListening, perfDone = nil, nil }()
+
+	common := append([]string{test, "--timeout", "20s"}, args...)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var out, errb bytes.Buffer
+		server.code = runPerf(append(append(common, "-p", "0"), sa...), &out, &errb)
+		server.out, server.err = out.String(), errb.String()
+		if server.code != exitOK {
+			listening <- nil // the client must not wait
+		}
+	}()
+	a := <-listening
+	if a != nil {
+		port := fmt.Sprint(a.(*net.TCPAddr).Port)
+		var out, errb bytes.Buffer
+		client.code = runPerf(append(append(common, "-p", port, ip.String()), ca...), &out, &errb)
+		client.out, client.err = out.String(), errb.String()
+	}
+	wg.Wait()
+	require.Equal(t, exitOK, server.code, "server stdout:\n%s\nstderr:\n%s", server.out, server.err)
+	require.Equal(t, exitOK, client.code, "client stdout:\n%s\nstderr:\n%s", client.out, client.err)
+	server.res, client.res = results[true], results[false]
+	return server, client
+}
+
+// bwLine matches a bandwidth table line (REPORT_FMT).
+var bwLine = regexp.MustCompile(`^ (\d+) {4,}(\d+) {7,}(\d+\.\d\d) {12,}(\d+\.\d\d) *\t\t   (\d+\.\d{6})$`)
+
+// tableLines returns the lines after the header line h in out, up to the
+// next dashed line.
+func tableLines(t *testing.T, out, h string) []string {
+	t.Helper()
+	_, rest, ok := strings.Cut(out, "\n"+h+"\n")
+	require.True(t, ok, "no header %q in:\n%s", h, out)
+	rows, _, ok := strings.Cut(rest, strings.Repeat("-", 87)+"\n")
+	require.True(t, ok, "no closing line in:\n%s", out)
+	return strings.Split(strings.TrimSuffix(rows, "\n"), "\n")
+}
+
+func TestPerfWrite(t *testing.T) {
+	srv, cli := runPerfPair(t, "write", "-n", "20", "-s", "3000", "-F")
+	for _, r := range []perfRun{srv, cli} {
+		require.Contains(t, r.out, "                    RDMA_Write BW Test\n")
+		require.Contains(t, r.out, " Connection type : RC\t\tUsing SRQ      : OFF\n")
+		require.Regexp(t, `(?m)^ local address: LID 0000 QPN 0x[0-9a-f]{4,6} PSN 0x[0-9a-f]{1,6} RKey 0x[0-9a-f]{6,8} VAddr 0x[0-9a-f]{14,16}$`, r.out)
+		require.Regexp(t, `(?m)^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:\d+:\d+:\d+$`, r.out)
+		rows := tableLines(t, r.out, perftest.BWHeader)
+		require.Len(t, rows, 1)
+		m := bwLine.FindStringSubmatch(rows[0])
+		require.NotNil(t, m, "%q", rows[0])
+		require.Equal(t, []string{"3000", "20"}, m[1:3])
+	}
+	// The server printed the client's line.
+	require.Equal(t, tableLines(t, cli.out, perftest.BWHeader), tableLines(t, srv.out, perftest.BWHeader))
+	require.Contains(t, srv.out, "Waiting for client to connect")
+	// Every slot the client wrote arrived in the server's area.
+	reg := cli.res.Region
+	for off := 0; off+3000 <= 4096; off += 3008 {
+		require.Equal(t, cli.res.Buf[off:off+3000], srv.res.Buf[reg+off:reg+off+3000])
+	}
+	require.Empty(t, cli.err)
+}
+
+func TestPerfSend(t *testing.T) {
+	srv, cli := runPerfPair(t, "send", "-n", "10", "-s", "5000", "--report_gbits")
+	require.Equal(t, cli.res.Buf[:5000], srv.res.Buf[srv.res.Region:srv.res.Region+5000])
+	for _, r := range []perfRun{srv, cli} {
+		require.Contains(t, r.out, "Send BW Test")
+		require.Len(t, tableLines(t, r.out, perftest.BWHeaderGbits), 1)
+	}
+	// The receiver reports no peak.
+	require.Regexp(t, `^ 5000 +10 +0\.00`, tableLines(t, srv.out, perftest.BWHeaderGbits)[0])
+}
+
+func TestPerfRead(t *testing.T) {
+	srv, cli := runPerfPair(t, "read_bw", "-n", "10", "-s", "64", "-o", "2")
+	reg := srv.res.Region
+	require.Equal(t, srv.res.Buf[reg:reg+10*64], cli.res.Buf[:10*64])
+	require.Contains(t, cli.out, "RDMA_Read BW Test")
+	require.Contains(t, cli.out, " Outstand reads  : 2\n")
+	require.Regexp(t, `(?m)^ remote address: LID 0000 QPN 0x[0-9a-f]+ PSN 0x[0-9a-f]+ OUT 0x02 RKey`, cli.out)
+}
+
+func TestPerfAtomic(t *testing.T) {
+	for _, typ := range []string{"FETCH_AND_ADD", "CMP_AND_SWAP"} {
+		t.Run(typ, func(t *testing.T) {
+			srv, cli := runPerfPair(t, "atomic", "-A", typ, "-n", "70")
+			require.Contains(t, cli.out, "Atomic "+typ+" BW Test")
+			require.Len(t, tableLines(t, srv.out, perftest.BWHeader), 1)
+			// 70 atomics over the 64 slots of 64 bytes in 4 KiB.
+			reg := srv.res.Region
+			var sum uint64
+			for i := range 64 {
+				v := binary.NativeEndian.Uint64(srv.res.Buf[reg+64*i:])
+				got := binary.NativeEndian.Uint64(cli.res.Buf[64*i:])
+				sum += v
+				if typ == "FETCH_AND_ADD" {
+					require.Equal(t, v-1, got, "slot %d: fetched the value before the last add", i)
+				} else {
+					require.Zero(t, v, "slot %d", i)
+					require.Zero(t, got, "slot %d: fetched 0 over the pattern", i)
+				}
+			}
+			if typ == "FETCH_AND_ADD" {
+				require.Equal(t, uint64(70), sum)
+			}
+		})
+	}
+}
+
+func TestPerfLatency(t *testing.T) {
+	srv, cli := runPerfPair(t, "ib_write_lat", "-n", "30")
+	for _, r := range []perfRun{srv, cli} {
+		require.Contains(t, r.out, "RDMA_Write Latency Test")
+		rows := tableLines(t, r.out, perftest.LatHeader)
+		require.Len(t, rows, 1)
+		require.Regexp(t, `^ 2 +30 +\d+\.\d\d`, rows[0])
+	}
+}
+
+func TestPerfUsage(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{nil, exitUsage, "usage: softhca perf TEST"},
+		{[]string{"-h"}, exitOK, "usage: softhca perf TEST"},
+		{[]string{"write", "--help"}, exitOK, "usage: softhca perf TEST"},
+		{[]string{"frob"}, exitUsage, `unknown test "frob"`},
+		{[]string{"write", "-b", "-R", "--odp"}, exitUsage, "not supported by softhca perf: -b (--bidirectional), -R (--rdma_cm), --odp"},
+		{[]string{"write", "-Z"}, exitUsage, "unknown option -Z"},
+		{[]string{"atomic", "-s", "16"}, exitUsage, "atomic tests"},
+		{[]string{"write", "-p", "1", "--timeout", "5s", "127.0.0.1"}, exitFailure, "cannot connect"},
+	} {
+		var out, errb bytes.Buffer
+		code := runPerf(c.args, &out, &errb)
+		require.Equal(t, c.code, code, "%v: %s", c.args, errb.String())
+		require.Contains(t, errb.String(), c.stderr, "%v", c.args)
+	}
+	var out bytes.Buffer
+	require.Equal(t, exitOK, runPerf([]string{"read", "-V"}, &out, &out))
+	require.Contains(t, out.String(), "perftest 4.5-0.17 (version 6.06)")
+}
