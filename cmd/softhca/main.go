@@ -13,8 +13,9 @@
 //	decode       print the RoCEv2 packets of pcap/pcapng files and check them
 //	conformance  run the verbs conformance suite and print a table
 //	pingpong     rdma-core's ibv_{rc,uc,ud,srq}_pingpong, either side, on a softhca device
+//	perf         perftest's ib_{send,write,read,atomic}_{bw,lat}, either side, on a softhca device
 //
-// Further commands (serve, devinfo, perf, trace) will follow as
+// Further commands (serve, devinfo, trace) will follow as
 // the device grows.
 //
 // # demo
@@ -112,6 +113,30 @@
 // its QP to RTR, as on rxe). The exit status is 0 on success and 1 on any
 // failure or usage error, as rdma-core's.
 //
+// # perf
+//
+//	softhca perf {send|write|read|atomic}[_bw|_lat] [perftest options]
+//	        [--addr ip[:port]] [--peer-port port] [--timeout d] [server]
+//
+// perf is one side of perftest's ib_send_bw, ib_write_bw, ib_read_bw,
+// ib_atomic_bw and their _lat variants ("softhca perf write" is
+// ib_write_bw, "softhca perf read_lat" or "ib_read_lat" ib_read_lat):
+// without server it waits on TCP port 18515 (-p), with server it connects.
+// Either side may be perftest 4.5-0.17 (Debian 12) on Linux rxe: the
+// exchange (versions, page and cache line sizes, MTU, the 108-byte QP
+// addresses, the closing handshakes and the client's results), the QP
+// attributes, the defaults and the output are perftest's:
+//
+//	#bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+//	65536      5000             1010.12            1009.87		   0.016158
+//
+// It runs RC with one QP and takes -s, -a, -n, -m, -x, -p, -d, -i, -A, -o,
+// -t, -r, -Q, -u, -N, -F and --report_gbits; other perftest options are
+// refused by name. The device binds UDP port 4791 on this side's address
+// of the TCP connection (--addr chooses another, --peer-port the peer's
+// port) and GID index 1 is that address, as with rxe. The exit status is
+// 0 when the test ran, 1 when it failed and 2 on usage errors.
+//
 // # Structure
 //
 // Each command lives in its own file as a function with the signature of
@@ -141,6 +166,7 @@ var commands = []command{
 	{"decode", "print the RoCEv2 packets of pcap/pcapng files and check their ICRC", runDecode},
 	{"conformance", "run the verbs conformance suite against softhca and print a table", runConformance},
 	{"pingpong", "rdma-core's ibv_{rc,uc,ud,srq}_pingpong, either side, on a softhca device", runPingpong},
+	{"perf", "perftest's ib_{send,write,read,atomic}_{bw,lat}, either side, on a softhca device", runPerf},
 }
 
 // Exit statuses shared by the commands.
