@@ -1,0 +1,386 @@
+//go:build interop
+
+package interop
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softhca/softhca/interop/agent"
+)
+
+// endpoint is one side of an exchange: a command in the guest (argv), the
+// softhca binary on the host (argv after "softhca"), or softhca in this
+// process (inproc, described by argv).
+type endpoint struct {
+	guest  bool
+	argv   []string
+	inproc func(ctx context.Context, out io.Writer, statsFile string) error
+}
+
+func (p endpoint) String() string {
+	where := "host: softhca "
+	switch {
+	case p.guest:
+		where = "guest: "
+	case p.inproc != nil:
+		where = "host (in process): "
+	}
+	return where + strings.Join(p.argv, " ")
+}
+
+// exchange is one server/client run between the guest and the host.
+type exchange struct {
+	port           int // the TCP port the server listens on
+	server, client endpoint
+	timeout        time.Duration // for each side
+	// check inspects every captured packet's data.
+	check PayloadCheck
+	// loss drops this share (per mille) of the RoCEv2 packets both ways.
+	loss int
+	// verify checks the two sides' output and returns what is wrong.
+	verify func(server, client string) []string
+}
+
+// exchangeResult is what an exchange produced.
+type exchangeResult struct {
+	serverOut, clientOut string
+	capture              CaptureStats
+	rxe                  Counters // rxe0's counters during the exchange
+	softhca              Counters // softhca's, if its tool reported them
+	dropped              int      // packets the loss filter dropped
+	elapsed              time.Duration
+}
+
+// note summarises a result for the report.
+func (r *exchangeResult) note() string {
+	s := fmt.Sprintf("h->g %d pkts, g->h %d pkts; rxe rcvd %d sent %d",
+		r.capture.ToGuest.Packets, r.capture.FromGuest.Packets, r.rxe["rcvd_pkts"], r.rxe["sent_pkts"])
+	if r.dropped > 0 {
+		s += fmt.Sprintf("; %d dropped", r.dropped)
+	}
+	if len(r.softhca) > 0 {
+		s += "; softhca " + r.softhca.String()
+	}
+	return s
+}
+
+// run performs the exchange and checks it: both sides exit 0, their
+// output passes verify, every captured packet parses with a correct ICRC
+// and passes check, and rxe's counters agree with the capture: rxe
+// counted as received (rcvd_pkts, which rxe increments only after the
+// header and ICRC checks) every packet that reached the guest, and as
+// sent every packet that left it.
+func (e *env) run(t *testing.T, x exchange) *exchangeResult {
+	t.Helper()
+	if x.timeout == 0 {
+		x.timeout = 60 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*x.timeout+30*time.Second)
+	defer cancel()
+	res := &exchangeResult{}
+	start := time.Now()
+	defer func() { res.elapsed = time.Since(start) }()
+
+	before, err := e.vm.RXECounters(ctx)
+	if err != nil {
+		t.Fatalf("reading rxe0's counters: %v", err)
+	}
+	var loss *Loss
+	if x.loss > 0 {
+		loss = &Loss{Dev: e.net.Tap, Permille: x.loss}
+		if err := loss.Apply(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer loss.Remove()
+	}
+	capt, err := StartCapture(e.net.Tap, e.guestAddr(), x.check)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capStopped := false
+	stopCapture := func() {
+		if capStopped {
+			return
+		}
+		capStopped = true
+		st, err := capt.Stop()
+		if err != nil {
+			t.Errorf("capture: %v", err)
+		}
+		res.capture = st
+	}
+	defer stopCapture()
+	statsDir := t.TempDir()
+
+	srv, err := e.start(ctx, x.server, x.timeout, filepath.Join(statsDir, "server.json"))
+	if err != nil {
+		t.Fatalf("starting the server (%s): %v", x.server, err)
+	}
+	defer srv.abandon()
+	if err := srv.waitListen(ctx, e, x.port); err != nil {
+		t.Fatalf("server (%s): %v", x.server, err)
+	}
+	cli, err := e.start(ctx, x.client, x.timeout, filepath.Join(statsDir, "client.json"))
+	if err != nil {
+		t.Fatalf("starting the client (%s): %v", x.client, err)
+	}
+	defer cli.abandon()
+	cliOK, cliStatus, cliOut := cli.wait()
+	// The client is done; a server that outlives it by 15 s hangs (rxe
+	// retries forever with retry_cnt 7).
+	srvDone := make(chan struct{})
+	var srvOK bool
+	var srvStatus, srvOut string
+	go func() { srvOK, srvStatus, srvOut = srv.wait(); close(srvDone) }()
+	select {
+	case <-srvDone:
+	case <-time.After(15 * time.Second):
+		srv.abandon()
+		<-srvDone
+		srvStatus += " (killed: still running 15 s after the client ended)"
+		srvOK = false
+	}
+	res.serverOut, res.clientOut = srvOut, cliOut
+	stopCapture()
+	if loss != nil {
+		if n, err := loss.Dropped(ctx); err == nil {
+			res.dropped = n
+		}
+	}
+	after, err := e.vm.RXECounters(ctx)
+	if err != nil {
+		t.Fatalf("reading rxe0's counters: %v", err)
+	}
+	res.rxe = after.Sub(before)
+	for _, f := range []string{"server.json", "client.json"} {
+		if c, err := readStats(filepath.Join(statsDir, f)); err == nil {
+			if res.softhca == nil {
+				res.softhca = Counters{}
+			}
+			res.softhca.Add(c)
+			e.addSofthca(c)
+		}
+	}
+
+	failed := false
+	fail := func(format string, args ...any) {
+		t.Helper()
+		failed = true
+		t.Errorf(format, args...)
+	}
+	if !srvOK {
+		fail("server %s: %s, want exit 0", x.server, srvStatus)
+	}
+	if !cliOK {
+		fail("client %s: %s, want exit 0", x.client, cliStatus)
+	}
+	if x.verify != nil {
+		for _, p := range x.verify(srvOut, cliOut) {
+			fail("%s", p)
+		}
+	}
+	c := &res.capture
+	for _, d := range []Direction{ToGuest, FromGuest} {
+		ds := c.Dir(d)
+		if len(ds.Bad) > 0 {
+			fail("%s: %d of %d packets failed softhca's parser (%s), want all to parse with a correct ICRC",
+				d, ds.Packets-ds.Good, ds.Packets, formatCounts(ds.Bad))
+		}
+		if ds.PayloadErrors > 0 {
+			fail("%s: %d packets carry data the test did not send", d, ds.PayloadErrors)
+		}
+		if ds.Packets == 0 {
+			fail("%s: no RoCEv2 packets captured, want some", d)
+		}
+	}
+	if c.KernelDrops == 0 {
+		if got, want := res.rxe["rcvd_pkts"], uint64(c.ToGuest.Good); got != want {
+			fail("rxe0 rcvd_pkts went up by %d, want %d: the capture saw %d packets from softhca reach the guest, all with a correct ICRC (rxe drops bad ones silently)",
+				got, want, want)
+		}
+		if got, want := res.rxe["sent_pkts"], uint64(c.FromGuest.Packets); got != want {
+			fail("rxe0 sent_pkts went up by %d, want %d (the packets the capture saw leave the guest)", got, want)
+		}
+	} else {
+		t.Logf("the capture lost %d frames: counts not compared", c.KernelDrops)
+	}
+	for k, v := range res.softhca {
+		if strings.HasPrefix(k, "parse: ") && v != 0 {
+			fail("softhca dropped %d packets from rxe as malformed (%s), want 0", v, k)
+		}
+	}
+	if rx, ok := res.softhca["rx_packets"]; ok && c.KernelDrops == 0 {
+		// Under loss the capture sees guest->host packets before the tap's
+		// ingress filter drops them.
+		if want := uint64(c.FromGuest.Packets); rx != want && x.loss == 0 {
+			fail("softhca received %d packets, want %d (the packets the capture saw leave the guest)", rx, want)
+		}
+		if tx, want := res.softhca["tx_packets"], uint64(c.ToGuest.Packets); tx < want {
+			fail("softhca says it sent %d packets, but the capture saw %d reach the guest", tx, want)
+		}
+	}
+	if failed {
+		pcap := filepath.Join(e.dir, sanitize(t.Name())+".pcap")
+		if err := capt.WritePcap(pcap); err == nil {
+			t.Logf("capture (first 500 and last 1500 frames): %s", pcap)
+		}
+		t.Logf("server %s: %s\n%s", x.server, srvStatus, indent(srvOut))
+		t.Logf("client %s: %s\n%s", x.client, cliStatus, indent(cliOut))
+		t.Logf("capture: %s", c)
+		for _, p := range c.Problems {
+			t.Logf("  %s", p)
+		}
+		t.Logf("rxe0 counters during the run: %s", res.rxe)
+		if len(res.softhca) > 0 {
+			t.Logf("softhca counters: %s", res.softhca)
+		}
+	}
+	return res
+}
+
+// proc is a running endpoint.
+type proc struct {
+	ep     endpoint
+	guest  *agent.Proc
+	host   *hostProc
+	inproc *inprocRun
+}
+
+// inprocRun is an in-process endpoint running in a goroutine.
+type inprocRun struct {
+	cancel context.CancelFunc
+	out    syncWriter
+	done   chan struct{}
+	err    error
+}
+
+// start starts an endpoint. A host softhca process gets SOFTHCA_STATS
+// naming a file for its counters (used when the tool supports it).
+func (e *env) start(ctx context.Context, ep endpoint, timeout time.Duration, statsFile string) (*proc, error) {
+	p := &proc{ep: ep}
+	var err error
+	switch {
+	case ep.guest:
+		p.guest, err = e.vm.Agent.Start(ctx, agent.Request{Argv: ep.argv, Timeout: timeout}, nil, nil)
+	case ep.inproc != nil:
+		r := &inprocRun{done: make(chan struct{})}
+		r.out.b = new(bytes.Buffer)
+		var rctx context.Context
+		rctx, r.cancel = context.WithTimeout(ctx, timeout)
+		go func() {
+			defer close(r.done)
+			r.err = ep.inproc(rctx, &r.out, statsFile)
+		}()
+		p.inproc = r
+	default:
+		p.host, err = e.startHost(timeout, []string{"SOFTHCA_STATS=" + statsFile}, ep.argv...)
+	}
+	return p, err
+}
+
+func (p *proc) waitListen(ctx context.Context, e *env, port int) error {
+	if p.guest != nil {
+		err := e.vm.Agent.WaitListen(ctx, port, 20*time.Second)
+		if err != nil {
+			select {
+			case <-p.guest.Done():
+				r, _ := p.guest.Wait()
+				return fmt.Errorf("%v; it ended: %s\n%s", err, r.Exit, r.Output(4000))
+			default:
+			}
+		}
+		return err
+	}
+	if p.inproc != nil {
+		// In-process servers listen before they start.
+		if !agent.ListeningHere(port) {
+			return fmt.Errorf("nothing listens on TCP port %d", port)
+		}
+		return nil
+	}
+	return waitHostListen(p.host, port, 20*time.Second)
+}
+
+// wait waits for the endpoint to end: ok, how it ended, its output.
+func (p *proc) wait() (bool, string, string) {
+	if p.guest != nil {
+		r, err := p.guest.Wait()
+		out := string(r.Stdout) + string(r.Stderr)
+		if err != nil {
+			return false, err.Error(), out
+		}
+		return r.Exit.OK(), r.Exit.String(), out
+	}
+	if r := p.inproc; r != nil {
+		<-r.done
+		r.out.mu.Lock()
+		out := r.out.b.String()
+		r.out.mu.Unlock()
+		if r.err != nil {
+			return false, r.err.Error(), out
+		}
+		return true, "returned without error", out
+	}
+	return p.host.wait()
+}
+
+// abandon kills the endpoint if it still runs.
+func (p *proc) abandon() {
+	switch {
+	case p.guest != nil:
+		p.guest.Close()
+	case p.inproc != nil:
+		p.inproc.cancel()
+	case !p.host.exited():
+		p.host.kill()
+	}
+}
+
+// readStats reads the counters a softhca tool wrote to SOFTHCA_STATS: a
+// JSON object of counter names and numbers.
+func readStats(path string) (Counters, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	c := Counters{}
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			switch v := v.(type) {
+			case float64:
+				c[prefix+k] += uint64(v)
+			case map[string]any:
+				walk(prefix+k+".", v)
+			}
+		}
+	}
+	walk("", raw)
+	return c, nil
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+func sanitize(name string) string { return unsafeName.ReplaceAllString(name, "_") }
+
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return "    (no output)"
+	}
+	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+}

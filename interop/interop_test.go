@@ -1,0 +1,403 @@
+//go:build interop
+
+package interop
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softhca/softhca/verbs"
+)
+
+// TestInterop is the matrix, in the order it runs: the guest on its own,
+// the immediate-data exchange with softhca in this process, the pingpong
+// examples and perftest against the softhca command, and a lossy run.
+// Subtest names select parts: -run 'TestInterop/pingpong/mtu1024/rc'.
+func TestInterop(t *testing.T) {
+	e := getEnv(t)
+	t.Run("guest", e.testGuest)
+	t.Run("imm", e.testImm)
+	t.Run("pingpong", e.testPingpong)
+	t.Run("perftest", e.testPerftest)
+	t.Run("loss", e.testLoss)
+}
+
+// leaf starts a reported case.
+func (e *env) leaf(t *testing.T, note *string) {
+	e.record(t, time.Now(), note)
+}
+
+// testGuest checks the guest on its own: the device, the tools, and rxe
+// talking to itself (so that a failure further on is not rxe's).
+func (e *env) testGuest(t *testing.T) {
+	t.Run("devinfo", func(t *testing.T) {
+		e.leaf(t, nil)
+		ctx := context.Background()
+		r, err := e.vm.Run(ctx, 30*time.Second, "ibv_devinfo", "-v", "-d", RXEDevice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := string(r.Stdout)
+		for _, want := range []string{"PORT_ACTIVE", "link_layer:\t\tEthernet",
+			fmt.Sprintf("GID[%3d]:\t\t::ffff:%s, RoCE v2", e.gidx, e.guestAddr())} {
+			if !strings.Contains(out, want) {
+				t.Errorf("ibv_devinfo -v -d rxe0 lacks %q:\n%s", want, out)
+			}
+		}
+		tools := []string{"ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong",
+			"ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw", "shca-imm"}
+		if _, err := e.vm.Sh(ctx, 30*time.Second, "for t in "+strings.Join(tools, " ")+
+			`; do command -v $t >/dev/null || { echo "missing $t"; exit 1; }; done`); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("rxe-loopback", func(t *testing.T) {
+		e.leaf(t, nil)
+		ctx := context.Background()
+		port := e.nextPort()
+		g := strconv.Itoa(e.gidx)
+		pp := fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g %s -p %d -s 4096 -n 10 -c", g, port)
+		script := fmt.Sprintf("%s > /tmp/srv.log 2>&1 & srv=$!; for i in $(seq 100); do grep -q ':%04X 00000000:0000 0A' /proc/net/tcp && break; sleep 0.05; done; %s %s; c=$?; wait $srv; s=$?; cat /tmp/srv.log; exit $((c + s))",
+			pp, port, pp, e.guestAddr())
+		r, err := e.vm.Sh(ctx, 60*time.Second, script)
+		if err != nil {
+			t.Fatalf("rxe to itself: %v", err)
+		}
+		if n := strings.Count(string(r.Stdout), "10 iters in"); n != 2 {
+			t.Errorf("want \"10 iters in\" from both sides, got it %d times:\n%s", n, r.Stdout)
+		}
+	})
+}
+
+// testImm runs SEND_WITH_IMM and RDMA_WRITE_WITH_IMM both ways between
+// shca-imm on rxe and softhca in this process (RunImm), checked on each
+// receiver's completions: message sizes of one packet and of several.
+func (e *env) testImm(t *testing.T) {
+	for _, tr := range []string{"rc", "uc"} {
+		for _, role := range []string{"softhca-client", "softhca-server"} {
+			for _, size := range []int{64, 5000} {
+				t.Run(fmt.Sprintf("%s/%s/%d", tr, role, size), func(t *testing.T) {
+					var note string
+					e.leaf(t, &note)
+					res := e.runImm(t, tr == "uc", role == "softhca-server", size, 8, verbs.MTU1024, 0)
+					note = res.note()
+				})
+			}
+		}
+	}
+}
+
+// runImm runs one immediate-data exchange.
+func (e *env) runImm(t *testing.T, uc, softhcaServer bool, size, count int, mtu verbs.MTU, loss int) *exchangeResult {
+	port := e.nextPort()
+	tr := "rc"
+	if uc {
+		tr = "uc"
+	}
+	guestArgv := []string{"shca-imm", "-d", RXEDevice, "-g", strconv.Itoa(e.gidx), "-p", strconv.Itoa(port),
+		"-t", tr, "-s", strconv.Itoa(size), "-n", strconv.Itoa(count), "-m", strconv.Itoa(mtu.Bytes())}
+	cfg := ImmConfig{Local: netip.AddrPortFrom(e.hostAddr(), 4791), UC: uc, Size: size, Count: count, MTU: mtu}
+	host := endpoint{argv: []string{"RunImm", tr, fmt.Sprintf("size=%d count=%d", size, count)}}
+	var l net.Listener
+	if softhcaServer {
+		var err error
+		l, err = net.Listen("tcp", net.JoinHostPort(e.hostAddr().String(), strconv.Itoa(port)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		cfg.Listener = l
+		guestArgv = append(guestArgv, e.hostAddr().String())
+	} else {
+		cfg.Server = net.JoinHostPort(e.guestAddr().String(), strconv.Itoa(port))
+	}
+	host.inproc = func(ctx context.Context, out io.Writer, statsFile string) error {
+		c := cfg
+		c.Log = out
+		res, err := RunImm(ctx, c)
+		writeImmStats(statsFile, res)
+		return err
+	}
+	guest := endpoint{guest: true, argv: guestArgv}
+	x := exchange{port: port, server: guest, client: host, loss: loss, timeout: 90 * time.Second,
+		verify: func(srv, cli string) []string {
+			var p []string
+			guestOut, hostOut := srv, cli
+			if softhcaServer {
+				guestOut, hostOut = cli, srv
+			}
+			if !strings.Contains(guestOut, "shca-imm: OK") {
+				p = append(p, "shca-imm (rxe) did not report OK")
+			}
+			if n := strings.Count(hostOut, " ok\n"); n != count {
+				p = append(p, fmt.Sprintf("softhca checked %d received messages as ok, want %d", n, count))
+			}
+			if n := strings.Count(guestOut, " ok\n"); n != count {
+				p = append(p, fmt.Sprintf("shca-imm checked %d received messages as ok, want %d", n, count))
+			}
+			return p
+		}}
+	if softhcaServer {
+		x.server, x.client = host, guest
+	}
+	return e.run(t, x)
+}
+
+// writeImmStats saves softhca's counters from an in-process run in the
+// format the harness reads from the softhca tools.
+func writeImmStats(path string, res ImmResult) {
+	m := map[string]uint64{
+		"rx_packets":          res.Transport.RxPackets,
+		"tx_packets":          res.Transport.TxPackets,
+		"retransmits":         res.Transport.Retransmits,
+		"seq_naks_sent":       res.Transport.SeqNAKsSent,
+		"seq_naks_received":   res.Transport.SeqNAKsReceived,
+		"duplicates_answered": res.Transport.DuplicatesAnswered,
+	}
+	for k, v := range res.Transport.DropNames() {
+		m[k] = v
+	}
+	b, _ := json.Marshal(m)
+	os.WriteFile(path, b, 0o644)
+}
+
+// The pingpong matrix: each example at each size, softhca as client and as
+// server, polling and with completion events, at path MTU 1024 (a
+// 1500-byte network, as rxe derives its port MTU from its netdev's) and
+// 4096 (9000 bytes).
+func (e *env) testPingpong(t *testing.T) {
+	if !e.hasCommand("pingpong") {
+		t.Fatalf("the softhca binary has no pingpong command (softhca help lists:\n%s)", e.cmds)
+	}
+	for _, mtu := range []int{1024, 4096} {
+		t.Run(fmt.Sprintf("mtu%d", mtu), func(t *testing.T) {
+			e.setMTU(t, mtu)
+			type mode struct {
+				name  string
+				sizes []int
+			}
+			modes := []mode{{"rc", []int{64, 4096, 65536}}, {"uc", []int{64, 4096, 65536}},
+				{"srq", []int{64, 4096, 65536}}, {"ud", []int{64, mtu}}}
+			for _, m := range modes {
+				for _, role := range []string{"softhca-client", "softhca-server"} {
+					for _, size := range m.sizes {
+						for _, ev := range []bool{false, true} {
+							name := fmt.Sprintf("%s/%s/%d/poll", m.name, role, size)
+							if ev {
+								name = fmt.Sprintf("%s/%s/%d/events", m.name, role, size)
+							}
+							t.Run(name, func(t *testing.T) {
+								var note string
+								e.leaf(t, &note)
+								res := e.runPingpong(t, pingpong{mode: m.name, softhcaServer: role == "softhca-server",
+									size: size, mtu: mtu, events: ev, iters: pingpongIters(size)})
+								note = res.note()
+							})
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// pingpongIters keeps every case to a second or two under TCG.
+func pingpongIters(size int) int {
+	if size > 8192 {
+		return 10
+	}
+	return 50
+}
+
+// setMTU sets the network for a path MTU: the host bridge and tap and the
+// guest's eth0 to 1500 bytes for 1024 (rxe's port MTU then is 1024) or
+// 9000 for 4096.
+func (e *env) setMTU(t *testing.T, mtu int) {
+	t.Helper()
+	ifMTU := 9000
+	if mtu <= 1024 {
+		ifMTU = 1500
+	}
+	ctx := context.Background()
+	if err := e.net.SetMTU(ctx, ifMTU); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.vm.SetGuestMTU(ctx, ifMTU, min(mtu, 4096)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type pingpong struct {
+	mode          string // rc, uc, ud, srq
+	softhcaServer bool
+	size, mtu     int
+	events        bool
+	iters         int
+	loss          int // per mille
+}
+
+// numQP is the -q of the srq cases.
+const numQP = 4
+
+// runPingpong runs ibv_<mode>_pingpong in the guest against softhca
+// pingpong <mode> on the host, both with -c, and checks their output and
+// every packet's data.
+func (e *env) runPingpong(t *testing.T, pp pingpong) *exchangeResult {
+	port := e.nextPort()
+	common := []string{"-p", strconv.Itoa(port), "-s", strconv.Itoa(pp.size), "-n", strconv.Itoa(pp.iters), "-c"}
+	if pp.mode != "ud" {
+		common = append(common, "-m", strconv.Itoa(pp.mtu))
+	}
+	if pp.mode == "srq" {
+		common = append(common, "-q", strconv.Itoa(numQP))
+	}
+	if pp.events {
+		common = append(common, "-e")
+	}
+	guest := endpoint{guest: true, argv: append([]string{"ibv_" + pp.mode + "_pingpong", "-d", RXEDevice, "-g", strconv.Itoa(e.gidx)}, common...)}
+	host := endpoint{argv: append([]string{"pingpong", pp.mode, "-g", "1"}, common...)}
+	x := exchange{port: port, server: guest, client: host, check: PingpongPayload(4096), loss: pp.loss,
+		verify: pingpongVerify(pp)}
+	if pp.softhcaServer {
+		x.server, x.client = host, guest
+		x.client.argv = append(x.client.argv, e.hostAddr().String())
+	} else {
+		x.client.argv = append(x.client.argv, e.guestAddr().String())
+	}
+	return e.run(t, x)
+}
+
+// pingpongVerify checks the result lines of both sides: the byte and
+// iteration counts the examples print, and no "invalid data" from -c.
+func pingpongVerify(pp pingpong) func(srv, cli string) []string {
+	bytesLine := regexp.MustCompile(fmt.Sprintf(`(?m)^%d bytes in [0-9.]+ seconds = `, pp.size*pp.iters*2))
+	itersLine := regexp.MustCompile(fmt.Sprintf(`(?m)^%d iters in [0-9.]+ seconds = `, pp.iters))
+	return func(srv, cli string) []string {
+		var p []string
+		for _, s := range []struct{ name, out string }{{"server", srv}, {"client", cli}} {
+			if !bytesLine.MatchString(s.out) || !itersLine.MatchString(s.out) {
+				p = append(p, fmt.Sprintf("%s: want the lines \"%d bytes in ...\" and \"%d iters in ...\"", s.name, pp.size*pp.iters*2, pp.iters))
+			}
+			if strings.Contains(s.out, "invalid data") {
+				p = append(p, fmt.Sprintf("%s: -c found invalid data", s.name))
+			}
+		}
+		return p
+	}
+}
+
+// testPerftest runs ib_send_bw, ib_write_bw, ib_read_bw and ib_atomic_bw
+// (both atomics) in the guest against softhca perf on the host, each way.
+func (e *env) testPerftest(t *testing.T) {
+	if !e.hasCommand("perf") {
+		t.Fatalf("the softhca binary has no perf command (softhca help lists:\n%s)", e.cmds)
+	}
+	e.setMTU(t, 4096)
+	type test struct {
+		name, verb string
+		args       []string
+	}
+	tests := []test{
+		{"send", "send", []string{"-s", "65536", "-n", "200"}},
+		{"write", "write", []string{"-s", "65536", "-n", "200"}},
+		{"read", "read", []string{"-s", "65536", "-n", "200"}},
+		{"atomic-fadd", "atomic", []string{"-A", "FETCH_AND_ADD", "-n", "500"}},
+		{"atomic-cas", "atomic", []string{"-A", "CMP_AND_SWAP", "-n", "500"}},
+	}
+	for _, tc := range tests {
+		for _, role := range []string{"softhca-client", "softhca-server"} {
+			t.Run(tc.name+"/"+role, func(t *testing.T) {
+				var note string
+				e.leaf(t, &note)
+				res := e.runPerf(t, tc.verb, tc.args, role == "softhca-server")
+				note = res.note()
+			})
+		}
+	}
+}
+
+// runPerf runs ib_<verb>_bw in the guest against softhca perf <verb>.
+func (e *env) runPerf(t *testing.T, verb string, args []string, softhcaServer bool) *exchangeResult {
+	port := e.nextPort()
+	common := append([]string{"-p", strconv.Itoa(port), "-m", "4096"}, args...)
+	guest := endpoint{guest: true, argv: append([]string{"ib_" + verb + "_bw", "-d", RXEDevice, "-x", strconv.Itoa(e.gidx), "-F"}, common...)}
+	host := endpoint{argv: append([]string{"perf", verb, "-x", "1"}, common...)}
+	iters := 0
+	for i, a := range args {
+		if a == "-n" {
+			iters, _ = strconv.Atoi(args[i+1])
+		}
+	}
+	x := exchange{port: port, server: guest, client: host, verify: perfVerify(iters)}
+	if softhcaServer {
+		x.server, x.client = host, guest
+		x.client.argv = append(x.client.argv, e.hostAddr().String())
+	} else {
+		x.client.argv = append(x.client.argv, e.guestAddr().String())
+	}
+	return e.run(t, x)
+}
+
+// perfResult matches perftest's result row: #bytes #iterations BW peak
+// BW average MsgRate.
+var perfResult = regexp.MustCompile(`(?m)^\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$`)
+
+// perfVerify checks that both sides printed a result row for the
+// iterations asked for.
+func perfVerify(iters int) func(srv, cli string) []string {
+	return func(srv, cli string) []string {
+		var p []string
+		for _, s := range []struct{ name, out string }{{"server", srv}, {"client", cli}} {
+			m := perfResult.FindStringSubmatch(s.out)
+			if m == nil {
+				p = append(p, s.name+": no perftest result row (#bytes #iterations BW peak BW average MsgRate)")
+				continue
+			}
+			if n, _ := strconv.Atoi(m[2]); n != iters {
+				p = append(p, fmt.Sprintf("%s: result row reports %s iterations, want %d", s.name, m[2], iters))
+			}
+		}
+		return p
+	}
+}
+
+// testLoss runs a multi-packet RC pingpong and the immediate-data exchange
+// with 3% of the RoCEv2 packets dropped both ways on the guest's tap, with
+// softhca as client and as server.
+func (e *env) testLoss(t *testing.T) {
+	e.setMTU(t, 1024)
+	for _, role := range []string{"softhca-client", "softhca-server"} {
+		t.Run("rc-pingpong/"+role, func(t *testing.T) {
+			if !e.hasCommand("pingpong") {
+				t.Fatal("the softhca binary has no pingpong command")
+			}
+			var note string
+			e.leaf(t, &note)
+			res := e.runPingpong(t, pingpong{mode: "rc", softhcaServer: role == "softhca-server",
+				size: 65536, mtu: 1024, iters: 20, loss: 30})
+			note = res.note()
+			if res.dropped == 0 {
+				t.Errorf("the loss filter dropped no packets: the case did not test loss")
+			}
+		})
+		t.Run("imm-rc/"+role, func(t *testing.T) {
+			var note string
+			e.leaf(t, &note)
+			res := e.runImm(t, false, role == "softhca-server", 20000, 16, verbs.MTU1024, 30)
+			note = res.note()
+			if res.dropped == 0 {
+				t.Errorf("the loss filter dropped no packets: the case did not test loss")
+			}
+		})
+	}
+}
