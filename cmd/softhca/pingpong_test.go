@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softhca/softhca/internal/pingpong"
+	"github.com/softhca/softhca/link/udp"
+	"github.com/softhca/softhca/verbs"
+)
+
+func TestPingpongArgs(t *testing.T) {
+	rc := pingpong.NewConfig(pingpong.RC)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want func(c *pingpong.Config)
+	}{
+		{"defaults", []string{"rc"}, func(*pingpong.Config) {}},
+		{"client", []string{"rc", "10.0.0.2"}, func(c *pingpong.Config) { c.ServerName = "10.0.0.2" }},
+		{"separate", []string{"rc", "-s", "65536", "-m", "4096", "-n", "5", "-g", "1"},
+			func(c *pingpong.Config) { c.Size, c.MTU, c.Iters, c.GIDIndex = 65536, verbs.MTU4096, 5, 1 }},
+		{"attached and clustered", []string{"rc", "-ecs64", "-g1"},
+			func(c *pingpong.Config) { c.Events, c.Validate, c.Size, c.GIDIndex = true, true, 64, 1 }},
+		{"long", []string{"rc", "--size=64", "--iters", "7", "--events", "--gid-idx=1", "--chk"},
+			func(c *pingpong.Config) { c.Size, c.Iters, c.Events, c.GIDIndex, c.Validate = 64, 7, true, 1, true }},
+		{"long prefix", []string{"rc", "--it=7", "--ev"}, func(c *pingpong.Config) { c.Iters, c.Events = 7, true }},
+		{"options after host", []string{"rc", "host", "-p", "0x4000", "-r", "010"},
+			func(c *pingpong.Config) { c.ServerName, c.Port, c.RxDepth = "host", 0x4000, 8 }},
+		{"double dash", []string{"rc", "-e", "--", "-host"}, func(c *pingpong.Config) { c.Events, c.ServerName = true, "-host" }},
+		{"device and port", []string{"rc", "-d", "softhca0", "-i", "1", "-l", "3"},
+			func(c *pingpong.Config) { c.IBDev, c.IBPort, c.SL = "softhca0", 1, 3 }},
+		{"no gid", []string{"rc", "-g", "-1"}, func(c *pingpong.Config) { c.GIDIndex = -1 }},
+		{"softhca", []string{"rc", "--addr=10.0.0.1", "-peer-port", "5000", "-port-mtu=4096"}, func(c *pingpong.Config) {
+			c.Addr, c.PeerPort, c.PortMTU = netip.MustParseAddrPort("10.0.0.1:4791"), 5000, verbs.MTU4096
+		}},
+		{"addr with port", []string{"rc", "-addr", "[::1]:7000"}, func(c *pingpong.Config) { c.Addr = netip.MustParseAddrPort("[::1]:7000") }},
+		{"features", []string{"rc", "-oOPtjN"}, func(c *pingpong.Config) {
+			c.Features = pingpong.Features{ODP: true, ImplicitODP: true, Prefetch: true, Timestamps: true, DM: true, NewSend: true}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, help, err := parsePingpongArgs(tc.args)
+			require.NoError(t, err)
+			require.False(t, help)
+			want := rc
+			tc.want(&want)
+			require.Equal(t, want, got)
+		})
+	}
+
+	ud, _, err := parsePingpongArgs([]string{"ud"})
+	require.NoError(t, err)
+	require.Equal(t, uint32(1024), ud.Size, "ud_pingpong's default size is 1024 (its usage says 2048)")
+	srq, _, err := parsePingpongArgs([]string{"srq", "-q", "4"})
+	require.NoError(t, err)
+	require.Equal(t, uint32(4), srq.NumQP)
+	require.Equal(t, uint32(4096), srq.Size)
+}
+
+func TestPingpongArgErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "which pingpong? want rc, uc, ud or srq"},
+		{[]string{"xrc"}, `unknown pingpong "xrc"`},
+		{[]string{"rc", "-x"}, "invalid option -- 'x' for rc"},
+		{[]string{"ud", "-m", "1024"}, "invalid option -- 'm' for ud"},
+		{[]string{"rc", "-q", "2"}, "invalid option -- 'q' for rc"},
+		{[]string{"uc", "-o"}, "invalid option -- 'o' for uc"},
+		{[]string{"rc", "--frob"}, "unrecognized option '--frob' for rc"},
+		{[]string{"rc", "--i=1"}, "option '--i' is ambiguous"},
+		{[]string{"rc", "--events=1"}, "option '--events' doesn't allow an argument"},
+		{[]string{"rc", "--size"}, "option '--size' requires an argument"},
+		{[]string{"rc", "-s"}, "option requires an argument -- 's'"},
+		{[]string{"rc", "-s", "4k"}, `-s/--size: "4k" is not a message size`},
+		{[]string{"rc", "-s", "-1"}, `-s/--size: "-1" is not a message size`},
+		{[]string{"rc", "-s", "4294967296"}, `"4294967296" is not a message size in bytes (0..2147483648`},
+		{[]string{"srq", "-s", "0"}, `"0" is not a message size in bytes (1..2147483648`},
+		{[]string{"rc", "-p", "65536"}, `-p/--port: "65536" is not a TCP port`},
+		{[]string{"rc", "-i", "0"}, `-i/--ib-port: "0" is not a port number`},
+		{[]string{"rc", "-m", "1000"}, `-m/--mtu: "1000" is not an MTU (256, 512, 1024, 2048 or 4096)`},
+		{[]string{"rc", "-r", "0"}, `-r/--rx-depth: "0" is not a number of receives`},
+		{[]string{"rc", "-n", "1_000"}, `-n/--iters: "1_000" is not a number of iterations`},
+		{[]string{"rc", "-l", "16"}, `-l/--sl: "16" is not a service level (0..15)`},
+		{[]string{"rc", "-g", "x"}, `-g/--gid-idx: "x" is not a GID index`},
+		{[]string{"rc", "-g", "99999999999999999999"}, "out of range"},
+		{[]string{"rc", "--addr", "host:1"}, `--addr: "host:1" is not an IP address or address:port`},
+		{[]string{"rc", "--peer-port=0"}, `--peer-port: "0" is not a UDP port`},
+		{[]string{"rc", "-port-mtu", "9000"}, `--port-mtu: "9000" is not an MTU`},
+		{[]string{"rc", "a", "b"}, `one host at most, got ["a" "b"]`},
+	} {
+		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
+			_, _, err := parsePingpongArgs(tc.args)
+			require.ErrorContains(t, err, tc.want)
+			var ue *usageError
+			require.True(t, errors.As(err, &ue))
+
+			// The command prints the error and the usage, and exits 1
+			// (rdma-core's status for bad usage).
+			code, stdout, stderr := runCmd(t, append([]string{"pingpong"}, tc.args...)...)
+			require.Equal(t, exitFailure, code)
+			require.Empty(t, stdout)
+			require.Contains(t, stderr, "softhca pingpong: ")
+			require.Contains(t, stderr, tc.want)
+			require.Contains(t, stderr, "usage: softhca pingpong {rc|uc|ud|srq}")
+		})
+	}
+}
+
+func TestPingpongHelp(t *testing.T) {
+	for _, args := range [][]string{{"help", "pingpong"}, {"pingpong", "-h"}, {"pingpong", "rc", "--help"}} {
+		code, stdout, stderr := runCmd(t, args...)
+		require.Equal(t, exitOK, code)
+		require.Empty(t, stderr)
+		require.Contains(t, stdout, "usage: softhca pingpong {rc|uc|ud|srq} [options] [host]")
+		require.Contains(t, stdout, "-p, --port=<port>      listen on/connect to port <port> (default 18515)")
+	}
+}
+
+// pingpongPair runs "softhca pingpong" server and client in this process.
+// Their devices bind --addr on two random loopback addresses, port 4791
+// (Linux routes all of 127/8 to lo); the server accepts on a listener the
+// test made, whose port the client gets with -p. serverArgs and
+// clientArgs follow the mode. When one side fails, the other is stopped
+// (it would wait forever) unless both are expected to fail on their own.
+func pingpongPair(t *testing.T, mode string, serverArgs, clientArgs []string, bothFail bool) (sout, serr, cout, cerr string, scode, ccode int) {
+	t.Helper()
+	x, y, z := rand.N(254)+1, rand.N(256), rand.N(127)*2
+	sa := fmt.Sprintf("127.%d.%d.%d", x, y, z+1)
+	ca := fmt.Sprintf("127.%d.%d.%d", x, y, z+2)
+	for _, a := range []string{sa, ca} {
+		l, err := udp.Open(udp.Config{Addr: netip.AddrPortFrom(netip.MustParseAddr(a), 4791)})
+		if errors.Is(err, syscall.EADDRINUSE) {
+			t.Skipf("UDP port 4791 is taken on %s (rdma_rxe?)", a)
+		}
+		require.NoError(t, err)
+		l.Close()
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	run := func(args []string, adjust func(*pingpong.Config), out, errOut *string, code *int) {
+		defer wg.Done()
+		var o, e bytes.Buffer
+		*code = pingpongMain(ctx, args, &o, &e, adjust)
+		*out, *errOut = o.String(), e.String()
+		if *code != exitOK && !bothFail {
+			cancel()
+		}
+	}
+	wg.Add(2)
+	go run(append([]string{mode, "--addr", sa}, serverArgs...), func(c *pingpong.Config) { c.Listener = ln },
+		&sout, &serr, &scode)
+	go run(append([]string{mode, "--addr", ca, "-p", port, "127.0.0.1"}, clientArgs...), nil,
+		&cout, &cerr, &ccode)
+	wg.Wait()
+	return
+}
+
+func TestPingpongCommand(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		args []string
+		size int
+	}{
+		{"rc", []string{"-g", "1", "-n", "50", "-c"}, 4096},
+		{"rc", []string{"-g1", "-n50", "-s65536", "-m4096", "-e", "-c"}, 65536},
+		{"uc", []string{"-g", "1", "-n", "50", "-s", "64", "-e", "-c"}, 64},
+		{"uc", []string{"-g", "1", "-n", "50", "-s", "65536", "-m", "1024", "-c"}, 65536},
+		{"ud", []string{"-g", "1", "-n", "50", "-c"}, 1024},
+		{"ud", []string{"-g", "1", "-n", "50", "-s", "4096", "--port-mtu", "4096", "-e"}, 4096},
+		{"srq", []string{"-g", "1", "-n", "50", "-q", "4", "-r", "16", "-c"}, 4096},
+		{"srq", []string{"-g", "1", "-n", "50", "-q", "2", "-s", "65536", "-m", "4096", "-e", "-c"}, 65536},
+	} {
+		t.Run(fmt.Sprint(tc.mode, tc.args), func(t *testing.T) {
+			t.Parallel()
+			sout, serr, cout, cerr, scode, ccode := pingpongPair(t, tc.mode, tc.args, tc.args, false)
+			for _, s := range []struct{ out, err string }{{sout, serr}, {cout, cerr}} {
+				require.Empty(t, s.err)
+				lines := fmt.Sprintf("%d bytes in \\d+\\.\\d\\d seconds = \\d+\\.\\d\\d Mbit/sec\n50 iters in \\d+\\.\\d\\d seconds = \\d+\\.\\d\\d usec/iter\n$", tc.size*50*2)
+				require.Regexp(t, regexp.MustCompile(lines), s.out)
+				require.Regexp(t, `(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}[,:] GID ::ffff:127\.`, s.out)
+				require.Regexp(t, `(?m)^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:127\.`, s.out)
+				require.NotContains(t, s.out, "invalid data")
+			}
+			require.Equal(t, exitOK, scode)
+			require.Equal(t, exitOK, ccode)
+		})
+	}
+}
+
+// Without -g a side sends no GID; RoCE needs a GRH, so its peer cannot
+// connect, as with rdma-core on rxe.
+func TestPingpongNoGID(t *testing.T) {
+	t.Run("client without -g", func(t *testing.T) {
+		sout, serr, _, cerr, scode, ccode := pingpongPair(t, "rc", []string{"-g", "1"}, nil, true)
+		require.Equal(t, exitFailure, scode)
+		require.Equal(t, exitFailure, ccode)
+		require.Contains(t, sout, "  local address:  LID 0x0000")
+		require.Contains(t, serr, "Failed to modify QP to RTR: modify_qp: ")
+		require.Contains(t, serr, "RoCE needs a GRH")
+		require.Contains(t, serr, "the peer sent no GID")
+		require.Contains(t, serr, "Couldn't connect to remote QP")
+		require.Contains(t, cerr, "Couldn't read/write remote address: the peer closed the connection")
+	})
+	t.Run("server without -g", func(t *testing.T) {
+		_, serr, _, _, scode, ccode := pingpongPair(t, "rc", nil, []string{"-g", "1"}, true)
+		require.Equal(t, exitFailure, scode)
+		require.Equal(t, exitFailure, ccode)
+		// As on rxe: the GRH's source GID index is -1 as a uint8, an
+		// empty entry.
+		require.Contains(t, serr, "Failed to modify QP to RTR: modify_qp: sgid_index 255 holds no GID (no -g given")
+	})
+	t.Run("ud", func(t *testing.T) {
+		_, serr, _, _, scode, _ := pingpongPair(t, "ud", []string{"-g", "1"}, nil, true)
+		require.Equal(t, exitFailure, scode)
+		require.Contains(t, serr, "Failed to create AH: ")
+		require.Contains(t, serr, "the peer sent no GID")
+	})
+}
+
+func TestPingpongFailures(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rc", "-d", "mlx5_0"}, "IB device mlx5_0 not found: softhca's device is softhca0\n"},
+		{[]string{"rc", "-o"}, "The device isn't ODP capable or does not support RC send and receive with ODP\n"},
+		{[]string{"rc", "-O"}, "The device isn't ODP capable or does not support RC send and receive with ODP\n"},
+		{[]string{"rc", "-P"}, "prefetch is valid only with on-demand memory region\n"},
+		{[]string{"rc", "-o", "-j"}, "DM memory region can't be on demand\n"},
+		{[]string{"rc", "-t"}, "The device isn't completion timestamp capable\n"},
+		{[]string{"rc", "-j"}, "Device doesn't support dm allocation\n"},
+		{[]string{"srq", "-o"}, "The device isn't ODP capable or does not support RC send, receive and srq with ODP\n"},
+		{[]string{"srq", "-q", "8", "-r", "4"}, "rx_depth 4 is too small for 8 QPs -- must have at least one receive per QP.\n"},
+		{[]string{"srq", "-q", "256", "-r", "500"}, "num_qp 256 must be less than 255\n"},
+		{[]string{"ud", "-s", "2048", "--addr", "127.0.0.1:0", "--port-mtu", "1024"}, "Requested size larger than port MTU (1024)\n"},
+		{[]string{"rc", "-i", "2", "--addr", "127.0.0.1:0"}, "Failed to modify QP to INIT: modify_qp: "},
+		{[]string{"ud", "-i", "2", "--addr", "127.0.0.1:0"}, "Unable to query port info for port 2: "},
+		{[]string{"rc", "-g", "1024", "--addr", "127.0.0.1:0"}, "can't read sgid of index 1024: "},
+		{[]string{"srq", "-g", "5000", "--addr", "127.0.0.1:0"}, "Could not get local gid for gid index 5000: "},
+		{[]string{"rc", "--addr", "192.0.2.1"}, "Couldn't get context for softhca0: UDP 192.0.2.1:4791: "},
+		{[]string{"rc", "--addr", "127.0.0.1:0", "-p", "1", "127.0.0.1"}, "Couldn't connect to 127.0.0.1:1: "},
+	} {
+		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
+			code, stdout, stderr := runCmd(t, append([]string{"pingpong"}, tc.args...)...)
+			require.Equal(t, exitFailure, code, "stdout:\n%s", stdout)
+			require.Contains(t, stderr, tc.want)
+			require.NotContains(t, stderr, "usage:")
+		})
+	}
+}
