@@ -3,7 +3,6 @@ package perftest
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/softhca/softhca/hca"
@@ -181,12 +180,21 @@ func (s *session) slotting(size int) (inc, slots int) {
 	return inc, s.res.CycleBuffer / inc
 }
 
-// wait polls cq until it returns completions, yielding the processor
-// between polls (perftest busy-polls; softhca's transport needs the
-// processor too) and sleeping after a while without any.
+// wait polls cq until it returns completions. perftest busy-polls; a Go
+// program that does starves its own network goroutines (the scheduler
+// runs a yielding poller ahead of the network poller), so softhca sleeps
+// on the CQ's completion channel, armed before a last poll as
+// ibv_req_notify_cq(3) says, when a poll finds nothing.
 func (s *session) wait(ctx context.Context, cq *hca.CQ, wcs []verbs.WC) (int, error) {
-	for spins := 0; ; spins++ {
-		if n := cq.Poll(wcs); n > 0 {
+	for {
+		n := cq.Poll(wcs)
+		if n == 0 {
+			if err := cq.ReqNotify(false); err != nil {
+				return 0, fmt.Errorf("req_notify_cq: %w", err)
+			}
+			n = cq.Poll(wcs)
+		}
+		if n > 0 {
 			for _, wc := range wcs[:n] {
 				if wc.Status != verbs.WCSuccess {
 					return 0, fmt.Errorf("completion with error: wr_id %d %s (%s); transport drops: %v",
@@ -195,26 +203,11 @@ func (s *session) wait(ctx context.Context, cq *hca.CQ, wcs []verbs.WC) (int, er
 			}
 			return n, nil
 		}
-		if err := backoff(ctx, spins); err != nil {
-			return 0, err
+		if _, err := cq.Channel().GetEvent(ctx); err != nil {
+			return 0, fmt.Errorf("waiting for a completion: %w", err)
 		}
+		cq.AckEvents(1)
 	}
-}
-
-// backoff is one round of a polling loop: yield for the first rounds,
-// then sleep a little, and check ctx now and then.
-func backoff(ctx context.Context, spins int) error {
-	if spins&255 == 255 {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("waiting for a completion: %w", err)
-		}
-	}
-	if spins < 4096 {
-		runtime.Gosched()
-	} else {
-		time.Sleep(20 * time.Microsecond)
-	}
-	return nil
 }
 
 // bwClient posts Iters messages of size with at most TxDepth

@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/softhca/softhca/cq"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/link/udp"
@@ -78,6 +79,8 @@ type session struct {
 	mr       *hca.MR
 	sendCQ   *hca.CQ
 	recvCQ   *hca.CQ
+	sendCh   *cq.Channel
+	recvCh   *cq.Channel
 	qp       *hca.QP
 	gidIndex int
 	buf      []byte
@@ -279,7 +282,9 @@ func interfaceMTU(addr netip.Addr) verbs.MTU {
 		}
 		for _, a := range as {
 			pfx, err := netip.ParsePrefix(a.String())
-			if err != nil || pfx.Addr().Unmap() != addr {
+			// All of 127/8 is the loopback interface's, which lists
+			// only 127.0.0.1/8.
+			if err != nil || pfx.Addr().Unmap() != addr && !(addr.IsLoopback() && ifc.Flags&net.FlagLoopback != 0) {
 				continue
 			}
 			m := verbs.MTU4096
@@ -341,11 +346,18 @@ func (s *session) createResources() error {
 	if s.mr, err = s.pd.RegMR(s.buf, access); err != nil {
 		return err
 	}
-	if s.sendCQ, err = s.dev.CreateCQ(s.o.TxDepth+1, nil, nil, 0); err != nil {
-		return err
-	}
-	if s.recvCQ, err = s.dev.CreateCQ(s.o.RxDepth+1, nil, nil, 0); err != nil {
-		return err
+	// Each CQ has its own completion channel, which wait sleeps on.
+	for _, c := range []struct {
+		cq  **hca.CQ
+		ch  **cq.Channel
+		cqe int
+	}{{&s.sendCQ, &s.sendCh, s.o.TxDepth + 1}, {&s.recvCQ, &s.recvCh, s.o.RxDepth + 1}} {
+		if *c.ch, err = s.dev.CreateCompChannel(); err != nil {
+			return err
+		}
+		if *c.cq, err = s.dev.CreateCQ(c.cqe, *c.ch, nil, 0); err != nil {
+			return err
+		}
 	}
 	s.qp, err = s.pd.CreateQP(&hca.QPInitAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ, QPType: verbs.QPTypeRC,
 		Cap: verbs.QPCap{MaxSendWR: uint32(s.o.TxDepth), MaxRecvWR: uint32(s.o.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -458,6 +470,11 @@ func (s *session) close() {
 	for _, c := range []*hca.CQ{s.sendCQ, s.recvCQ} {
 		if c != nil {
 			_ = c.Destroy(ctx)
+		}
+	}
+	for _, ch := range []*cq.Channel{s.sendCh, s.recvCh} {
+		if ch != nil {
+			_ = ch.Close()
 		}
 	}
 	if s.mr != nil {
