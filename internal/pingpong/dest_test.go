@@ -166,7 +166,7 @@ func TestExchangeServer(t *testing.T) {
 	// A failed connect answers nothing.
 	p = &rw{in: bytes.NewReader(script.Bytes())}
 	_, err = ServerExchange(p, me, func([]Dest) error { return errors.New("no GRH") })
-	require.EqualError(t, err, "Couldn't connect to remote QP: no GRH")
+	require.EqualError(t, err, "no GRH\nCouldn't connect to remote QP")
 	require.Zero(t, p.out.Len())
 
 	// Short of messages, or no "done".

@@ -21,18 +21,25 @@ import (
 // connected in turn.
 
 // ExchangeError is a failed exchange. Msg is rdma-core's message for the
-// step that failed; Err says why.
+// step that failed; Err says why. Connect failures print as rdma-core
+// prints them: the failed step first ("Failed to modify QP to RTR"), then
+// "Couldn't connect to remote QP" on a line of its own.
 type ExchangeError struct {
 	Msg string
 	Err error
 }
 
 func (e *ExchangeError) Error() string {
-	if e.Err == nil {
+	switch {
+	case e.Err == nil:
 		return e.Msg
+	case e.Msg == connectMsg:
+		return e.Err.Error() + "\n" + e.Msg
 	}
 	return e.Msg + ": " + e.Err.Error()
 }
+
+const connectMsg = "Couldn't connect to remote QP"
 
 func (e *ExchangeError) Unwrap() error { return e.Err }
 
@@ -96,7 +103,7 @@ func ServerExchange(rw io.ReadWriter, my []Dest, connect func(remote []Dest) err
 		return nil, &ExchangeError{"Couldn't read remote address", eofIsUnexpected(err)}
 	}
 	if err := connect(remote); err != nil {
-		return nil, &ExchangeError{"Couldn't connect to remote QP", err}
+		return nil, &ExchangeError{connectMsg, err}
 	}
 	if err := writeMessages(rw, my); err != nil {
 		return nil, &ExchangeError{"Couldn't send/recv local address", err}
