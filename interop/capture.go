@@ -48,7 +48,7 @@ type DirStats struct {
 	Packets, Good int
 	// PayloadBytes sums the good packets' payloads.
 	PayloadBytes int64
-	// Bad counts the rest by wire.DropReason ("bad ICRC", ...).
+	// Bad counts the rest by wire.DropReason ("ICRC mismatch", ...).
 	Bad map[string]int
 	// Ops counts the good packets by opcode name.
 	Ops map[string]int
@@ -147,7 +147,10 @@ func StartCapture(dev string, guest netip.Addr, check PayloadCheck) (*Capture, e
 		return nil, err
 	}
 	proto := htons(unix.ETH_P_ALL)
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(proto))
+	// Protocol 0: the socket receives nothing until bind names the
+	// protocol and the device, so no frame of another interface slips in
+	// before the bind.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("capture on %s: AF_PACKET socket: %w", dev, err)
 	}

@@ -229,11 +229,13 @@ func (e *env) run(t *testing.T, x exchange) *exchangeResult {
 			fail("softhca says it sent %d packets, but the capture saw %d reach the guest", tx, want)
 		}
 	}
-	if failed {
+	if failed || os.Getenv("SOFTHCA_INTEROP_PCAP") != "" {
 		pcap := filepath.Join(e.dir, sanitize(t.Name())+".pcap")
 		if err := capt.WritePcap(pcap); err == nil {
 			t.Logf("capture (first 500 and last 1500 frames): %s", pcap)
 		}
+	}
+	if failed {
 		t.Logf("server %s: %s\n%s", x.server, srvStatus, indent(srvOut))
 		t.Logf("client %s: %s\n%s", x.client, cliStatus, indent(cliOut))
 		t.Logf("capture: %s", c)

@@ -266,7 +266,11 @@ func (e *env) runPingpong(t *testing.T, pp pingpong) *exchangeResult {
 	}
 	guest := endpoint{guest: true, argv: append([]string{"ibv_" + pp.mode + "_pingpong", "-d", RXEDevice, "-g", strconv.Itoa(e.gidx)}, common...)}
 	host := endpoint{argv: append([]string{"pingpong", pp.mode, "-g", "1"}, common...)}
-	x := exchange{port: port, server: guest, client: host, check: PingpongPayload(4096), loss: pp.loss,
+	fill := byte(0x7b)
+	if pp.mode == "srq" {
+		fill = 0 // srq_pingpong clears its buffer
+	}
+	x := exchange{port: port, server: guest, client: host, check: PingpongPayload(fill, 4096), loss: pp.loss,
 		verify: pingpongVerify(pp)}
 	if pp.softhcaServer {
 		x.server, x.client = host, guest
@@ -338,7 +342,7 @@ func (e *env) runPerf(t *testing.T, verb string, args []string, softhcaServer bo
 			iters, _ = strconv.Atoi(args[i+1])
 		}
 	}
-	x := exchange{port: port, server: guest, client: host, verify: perfVerify(iters)}
+	x := exchange{port: port, server: guest, client: host, check: ResponderCheck(), verify: perfVerify(iters)}
 	if softhcaServer {
 		x.server, x.client = host, guest
 		x.client.argv = append(x.client.argv, e.hostAddr().String())

@@ -7,15 +7,16 @@ import (
 )
 
 // PingpongPayload checks the SEND data of rdma-core's pingpong examples
-// (and of tools that claim their compatibility): every byte is 0x7b, the
-// examples' buffer fill, except that with -c the client writes 0 into the
+// (and of tools that claim their compatibility): every byte is fill, the
+// examples' buffer fill (0x7b for rc, uc and ud; srq clears its buffer,
+// 0), except that with -c the client writes 0 into the
 // first byte of each page of its message (i / page_size % sizeof(char),
 // which is 0 for every page), and the server echoes what it received. So
 // a byte may be 0 only at a message offset that is a multiple of pageSize.
 // Multi-packet messages are followed per destination QP: a packet's offset
 // is its PSN's distance from the message's first packet times that first
 // packet's payload length (the path MTU).
-func PingpongPayload(pageSize int) PayloadCheck {
+func PingpongPayload(fill byte, pageSize int) PayloadCheck {
 	type msgStart struct {
 		psn  wire.PSN
 		pmtu int
@@ -39,10 +40,10 @@ func PingpongPayload(pageSize int) PayloadCheck {
 		}
 		for i, b := range p.Payload {
 			o := off + i
-			if b == 0x7b || (b == 0 && o%pageSize == 0) {
+			if b == fill || (b == 0 && o%pageSize == 0) {
 				continue
 			}
-			return fmt.Errorf("payload byte %d (message offset %d) is 0x%02x, want 0x7b (or 0 at a page start)", i, o, b)
+			return fmt.Errorf("payload byte %d (message offset %d) is 0x%02x, want 0x%02x (or 0 at a page start)", i, o, b, fill)
 		}
 		return nil
 	}

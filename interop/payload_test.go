@@ -22,7 +22,7 @@ func TestPingpongPayload(t *testing.T) {
 		}
 		return b
 	}
-	check := PingpongPayload(4096)
+	check := PingpongPayload(0x7b, 4096)
 	// A 9000-byte message in 1024-byte packets: page starts at offsets
 	// 0, 4096 (packet 4, offset 0) and 8192 (packet 8, offset 0).
 	ok := []*wire.Packet{
@@ -47,5 +47,13 @@ func TestPingpongPayload(t *testing.T) {
 		if err := check(ToGuest, p); err == nil {
 			t.Errorf("%s psn %d: no error, want one", p.BTH.OpCode(), p.BTH.PSN())
 		}
+	}
+	// srq_pingpong's buffer is zeroed.
+	zero := PingpongPayload(0, 4096)
+	if err := zero(FromGuest, sendPacket(wire.RCSendOnly, 0x16, 1, make([]byte, 64))); err != nil {
+		t.Errorf("zeroed srq message: %v, want no error", err)
+	}
+	if err := zero(FromGuest, sendPacket(wire.RCSendOnly, 0x16, 2, fill(64))); err == nil {
+		t.Error("0x7b bytes with fill 0: no error, want one")
 	}
 }
