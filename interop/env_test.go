@@ -5,12 +5,14 @@ package interop
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,8 +35,9 @@ type env struct {
 
 	mu        sync.Mutex
 	results   []caseResult
-	shcaStats Counters // softhca's counters summed over the exchanges that reported them
-	port      int      // next TCP port for an exchange
+	shcaStats Counters  // softhca's counters summed over the exchanges that reported them
+	port      int       // next TCP port for an exchange
+	budget    time.Time // cases that start after this fail at once
 	began     time.Time
 	setup     time.Duration
 }
@@ -91,10 +94,20 @@ func newEnv() (*env, error) {
 	start := time.Now()
 	if miss := missingPrereqs(); len(miss) > 0 {
 		envSkip = true
-		return nil, fmt.Errorf("interop harness needs: %s\n(Debian: apt-get install -y --no-install-recommends qemu-system-x86 kmod gcc libc6-dev libibverbs-dev iproute2; run as root)",
-			strings.Join(miss, "; "))
+		msg := "interop harness needs: " + strings.Join(miss, "; ")
+		if len(miss) > 1 || os.Geteuid() == 0 {
+			msg += "\n(on Debian 12: apt-get update && apt-get install -y --no-install-recommends " + strings.Join(HostPackages, " ") + ")"
+		}
+		return nil, errors.New(msg)
 	}
-	e := &env{port: 18600, began: start}
+	e := &env{port: 18600, began: start, budget: start.Add(15 * time.Minute)}
+	if v := os.Getenv("SOFTHCA_INTEROP_BUDGET"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return nil, fmt.Errorf("SOFTHCA_INTEROP_BUDGET=%q: %v", v, err)
+		}
+		e.budget = start.Add(d)
+	}
 	e.dir = os.Getenv("SOFTHCA_INTEROP_DIR")
 	if e.dir == "" {
 		d, err := os.MkdirTemp("", "softhca-interop-run-")
@@ -129,10 +142,18 @@ func newEnv() (*env, error) {
 	logf("built the guest agent and softhca in %v", time.Since(t0).Round(time.Millisecond))
 
 	e.net = Slot(0)
+	if v := os.Getenv("SOFTHCA_INTEROP_SLOT"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 255 {
+			return nil, fmt.Errorf("SOFTHCA_INTEROP_SLOT=%q: want a number 0..255", v)
+		}
+		e.net = Slot(n)
+	}
 	if err := e.net.Up(ctx); err != nil {
 		return nil, err
 	}
-	e.vm, err = StartVM(ctx, VMConfig{Image: e.img, Net: e.net, Dir: filepath.Join(e.dir, "vm"), Agent: agentBin})
+	e.vm, err = StartVM(ctx, VMConfig{Image: e.img, Net: e.net, Dir: filepath.Join(e.dir, "vm"), Agent: agentBin,
+		Accel: os.Getenv("SOFTHCA_INTEROP_ACCEL")})
 	if err != nil {
 		e.net.Down()
 		return nil, err

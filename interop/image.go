@@ -97,6 +97,12 @@ func DefaultCacheDir() string {
 	return filepath.Join(d, "softhca-interop")
 }
 
+// HostPackages are the Debian packages the harness needs on the host:
+// qemu, kmod (depmod and modprobe for the module closure), gcc and
+// libibverbs-dev (the guest's shca-imm), iproute2 (ip, tc). apt, dpkg
+// and ldconfig are in every Debian system.
+var HostPackages = []string{"qemu-system-x86", "kmod", "gcc", "libc6-dev", "libibverbs-dev", "iproute2"}
+
 // imageTools are the host programs the image builder runs, with the
 // Debian packages that provide them.
 var imageTools = []struct{ prog, pkg string }{

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -61,6 +62,9 @@ func (n Net) Up(ctx context.Context) error {
 		return fmt.Errorf("a running qemu (pid %d) already uses %s: stop it (vm down) or use another slot", pid, n.Tap)
 	}
 	n.Down()
+	if ifc := addrUser(n.Host.Masked()); ifc != "" {
+		return fmt.Errorf("interface %s already has an address in %s: the guest network would clash with it; use another slot", ifc, n.Host.Masked())
+	}
 	mtu := strconv.Itoa(n.MTU)
 	steps := [][]string{
 		{"link", "add", "name", n.Bridge, "type", "bridge"},
@@ -129,4 +133,25 @@ func qemuUsing(tap string) int {
 		}
 	}
 	return 0
+}
+
+// addrUser returns the name of an interface with an address in p, or "".
+func addrUser(p netip.Prefix) string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return ""
+	}
+	for _, ifc := range ifs {
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && p.Contains(ip.Unmap()) {
+				return ifc.Name
+			}
+		}
+	}
+	return ""
 }
