@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/softhca/softhca/cq"
@@ -538,8 +537,6 @@ func (s *session) connectQPs() error {
 		av.IsGlobal = true
 		av.GRH = verbs.GlobalRoute{DGID: peer.GID, SGIDIndex: uint8(c.GIDIndex), HopLimit: 1}
 	}
-	avErr := s.checkAV(&av)
-
 	if c.Mode == UD {
 		if err := s.qps[0].Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.AttrState); err != nil {
 			return fail("Failed to modify QP to RTR", err)
@@ -547,9 +544,6 @@ func (s *session) connectQPs() error {
 		if err := s.qps[0].Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: s.my[0].PSN},
 			verbs.AttrState|verbs.AttrSQPSN); err != nil {
 			return fail("Failed to modify QP to RTS", err)
-		}
-		if avErr != nil {
-			return fail("Failed to create AH", avErr)
 		}
 		ah, err := s.pd.CreateAH(av)
 		if err != nil {
@@ -569,11 +563,7 @@ func (s *session) connectQPs() error {
 			attr.MinRNRTimer = 12
 			mask |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
 		}
-		err := avErr
-		if err == nil {
-			err = s.explainAV(q.Modify(&attr, mask))
-		}
-		if err != nil {
+		if err := s.explainAV(q.Modify(&attr, mask)); err != nil {
 			return fail(s.qpMsg("Failed to modify QP", i)+" to RTR", err)
 		}
 		attr.QPState = verbs.QPStateRTS
@@ -593,34 +583,18 @@ func (s *session) connectQPs() error {
 	return nil
 }
 
-// checkAV refuses a GRH whose source GID index holds no GID, as the
-// kernel does for rxe (rdma_fill_sgid_attr: modify_qp and create_ah fail
-// with EINVAL). softhca's library accepts such an index and sends from
-// its address anyway; without this check a side started without -g would
-// connect to a peer that has a GID, where rdma-core fails.
-func (s *session) checkAV(av *verbs.AHAttr) error {
-	if !av.IsGlobal {
-		return nil
-	}
-	g, err := s.dev.QueryGID(av.PortNum, int(av.GRH.SGIDIndex))
-	if err != nil {
-		return err
-	}
-	if g.IsZero() {
-		hint := ""
-		if s.cfg.GIDIndex < 0 {
-			hint = " (no -g given: -1 is index 255; RoCE needs -g on both sides, GID index 1 holds the IPv4 address)"
-		}
-		return verbs.Errorf("modify_qp", syscall.EINVAL, "sgid_index %d holds no GID%s", av.GRH.SGIDIndex, hint)
-	}
-	return nil
-}
-
-// explainAV adds a hint to the library's refusal of an address vector
-// without a GRH: the peer sent no GID.
+// explainAV adds a hint to the library's refusal of an address vector:
+// RoCE needs a GRH, so both sides need -g. Without a GID from the peer
+// the examples set no GRH; without -g here its source GID index is -1,
+// which is 255 in the uint8 field, an empty entry (rxe refuses both too).
 func (s *session) explainAV(err error) error {
-	if err != nil && !s.remote[0].HasGID() {
+	switch {
+	case err == nil:
+		return nil
+	case !s.remote[0].HasGID():
 		return fmt.Errorf("%w (the peer sent no GID: RoCE needs -g on both sides; GID index 1 holds the IPv4 address)", err)
+	case s.cfg.GIDIndex < 0:
+		return fmt.Errorf("%w (no -g here: the source GID index is -1, that is 255; RoCE needs -g on both sides; GID index 1 holds the IPv4 address)", err)
 	}
 	return err
 }
