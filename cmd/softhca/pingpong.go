@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 
@@ -52,6 +53,8 @@ softhca's choices (rdma-core finds them in the kernel):
                          interface's MTU less 80, rounded down, as rxe)
 
 Exit status: 0 on success; 1 on any failure or bad usage, as rdma-core.
+With SOFTHCA_STATS=<file> in the environment, the device's transport
+counters are written to <file> as JSON when the run ends.
 `
 
 // pingpongOpt is one option of a pingpong command.
@@ -413,6 +416,8 @@ func pingpongMain(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		fmt.Fprintf(stderr, "softhca pingpong: %v\n\n%s", err, pingpongUsage)
 		return exitFailure
 	}
+	// The interop harness reads the device's counters from here.
+	cfg.StatsFile = os.Getenv("SOFTHCA_STATS")
 	if adjust != nil {
 		adjust(&cfg)
 	}

@@ -123,6 +123,10 @@ type Config struct {
 	// (1500 gives 1024; loopback's 65536 gives 4096).
 	PortMTU verbs.MTU
 
+	// StatsFile, if set, receives the device's transport counters as
+	// JSON (StatsJSON) when the run ends, successful or not.
+	StatsFile string
+
 	// Test hooks.
 
 	// Listener, if set, is where the server accepts the connection,

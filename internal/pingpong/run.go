@@ -46,6 +46,7 @@ var ErrInvalidData = errors.New("invalid data received")
 // forever for a peer that went away).
 func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	s := &session{cfg: cfg, out: stdout, pageSize: os.Getpagesize()}
+	defer s.writeStats()
 	defer s.release()
 	return s.run(ctx)
 }
@@ -56,15 +57,16 @@ type session struct {
 	out      io.Writer
 	pageSize int
 
-	conn net.Conn
-	dev  *hca.Device
-	ch   *cq.Channel
-	pd   *hca.PD
-	mr   *hca.MR
-	cq   *hca.CQ
-	srq  *hca.SRQ
-	qps  []*hca.QP
-	ah   *hca.AH
+	conn     net.Conn
+	dev      *hca.Device
+	statsDev *hca.Device // dev, kept for writeStats after it is closed
+	ch       *cq.Channel
+	pd       *hca.PD
+	mr       *hca.MR
+	cq       *hca.CQ
+	srq      *hca.SRQ
+	qps      []*hca.QP
+	ah       *hca.AH
 
 	mem       []byte // the registered buffer
 	sendFlags verbs.SendFlags
@@ -301,6 +303,7 @@ func (s *session) setup(addr netip.AddrPort) error {
 		l.Close()
 		return fail("Couldn't get context for "+DeviceName, err)
 	}
+	s.statsDev = s.dev
 	port := uint8(c.IBPort)
 
 	if c.Mode == UD {

@@ -3,9 +3,12 @@ package pingpong
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sync"
 	"testing"
@@ -190,4 +193,32 @@ func TestPingpongAddressFromTCP(t *testing.T) {
 	require.NoError(t, client.err, client.out)
 	requireOK(t, server, 1, "::ffff:127.0.0.1", DefaultSize, 5)
 	requireOK(t, client, 1, "::ffff:127.0.0.1", DefaultSize, 5)
+}
+
+// StatsFile gets the device's counters when the run ends.
+func TestPingpongStatsFile(t *testing.T) {
+	cfg := NewConfig(RC)
+	cfg.Iters, cfg.GIDIndex = 10, 1
+	file := filepath.Join(t.TempDir(), "stats.json")
+	server, client := runPair(t, cfg, func(c *Config, isServer bool) {
+		if isServer {
+			c.StatsFile = file
+		}
+	})
+	requireOK(t, server, 1, "::ffff:127.0.0.1", DefaultSize, 10)
+	requireOK(t, client, 1, "::ffff:127.0.0.1", DefaultSize, 10)
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var m map[string]uint64
+	require.NoError(t, json.Unmarshal(b, &m))
+	// 4096-byte messages at MTU 1024: 4 packets each; 10 each way, and an
+	// ACK for each message; more if a timer fired on a busy machine.
+	if m["retransmits"] == 0 && m["duplicates_answered"] == 0 {
+		require.Equal(t, uint64(10*4+10), m["rx_packets"], "%s", b)
+		require.Equal(t, uint64(10*4+10), m["tx_packets"], "%s", b)
+		require.Equal(t, uint64(10), m["acks_sent"], "%s", b)
+	} else {
+		require.GreaterOrEqual(t, m["rx_packets"], uint64(10*4+10), "%s", b)
+		require.GreaterOrEqual(t, m["tx_packets"], uint64(10*4+10), "%s", b)
+	}
 }
