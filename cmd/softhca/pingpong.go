@@ -39,7 +39,10 @@ work; options may follow host):
   -l, --sl=<sl>          service level value (default 0)
   -e, --events           sleep on CQ events (default poll)
   -g, --gid-idx=<gid index> local port gid index
-  -c, --chk              validate received buffer
+  -c, --chk              validate received buffer (softhca checks every byte of
+                         every message on both sides and exits 1 on bad data;
+                         rdma-core checks the first byte of each page, at the
+                         end, on the server, and exits 0)
   -o, --odp, -O, --iodp, -P, --prefetch, -t, --ts, -j, --dm (rc; -o for srq):
                          softhca has no on-demand paging, completion timestamps
                          or device memory, and fails as rdma-core does on rxe
