@@ -29,10 +29,11 @@ type side struct {
 	addr netip.AddrPort
 }
 
-// udpLink opens a UDP link on 127.0.0.1 and a free port.
+// udpLink opens a UDP link on 127.0.0.1 and a free port, with the
+// segmentation offloads, as the command opens its link.
 func udpLink(t *testing.T) (*udp.Link, uint16) {
 	t.Helper()
-	l, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")})
+	l, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), GSO: true, GRO: true})
 	require.NoError(t, err)
 	la, err := l.LocalAddr()
 	require.NoError(t, err)
