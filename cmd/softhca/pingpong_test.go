@@ -137,8 +137,8 @@ func TestPingpongHelp(t *testing.T) {
 // (Linux routes all of 127/8 to lo); the server accepts on a listener the
 // test made, whose port the client gets with -p. serverArgs and
 // clientArgs follow the mode. When one side fails, the other is stopped
-// (it would wait forever) unless both are expected to fail on their own.
-func pingpongPair(t *testing.T, mode string, serverArgs, clientArgs []string, bothFail bool) (sout, serr, cout, cerr string, scode, ccode int) {
+// (it would wait forever) unless both are expected to end on their own.
+func pingpongPair(t *testing.T, mode string, serverArgs, clientArgs []string, selfEnding bool) (sout, serr, cout, cerr string, scode, ccode int) {
 	t.Helper()
 	x, y, z := rand.N(254)+1, rand.N(256), rand.N(127)*2
 	sa := fmt.Sprintf("127.%d.%d.%d", x, y, z+1)
@@ -163,7 +163,7 @@ func pingpongPair(t *testing.T, mode string, serverArgs, clientArgs []string, bo
 		var o, e bytes.Buffer
 		*code = pingpongMain(ctx, args, &o, &e, adjust)
 		*out, *errOut = o.String(), e.String()
-		if *code != exitOK && !bothFail {
+		if *code != exitOK && !selfEnding {
 			cancel()
 		}
 	}
@@ -270,4 +270,15 @@ func TestPingpongFailures(t *testing.T) {
 			require.NotContains(t, stderr, "usage:")
 		})
 	}
+}
+
+// -c on the server only: the client's data lacks the pattern, and the
+// server says so, as rdma-core does, but exits 1.
+func TestPingpongInvalidData(t *testing.T) {
+	sout, serr, cout, cerr, scode, ccode := pingpongPair(t, "rc", []string{"-g", "1", "-n", "3", "-c"}, []string{"-g", "1", "-n", "3"}, true)
+	require.Equal(t, exitOK, ccode, cerr)
+	require.NotContains(t, cout, "invalid data")
+	require.Equal(t, exitFailure, scode)
+	require.Contains(t, sout, " usec/iter\ninvalid data in page 0\n")
+	require.Equal(t, "softhca pingpong rc: -c: the received data differs from what the peer sends\n", serr)
 }

@@ -635,7 +635,8 @@ func (s *session) dataOffset() int {
 
 // writePattern is -c's pattern: rdma-core 44 sets the first byte of
 // every page of the message to i / page_size % sizeof(char), which is
-// always 0; the rest keeps the initial fill.
+// always 0; the rest keeps the initial fill. (srq's fill is 0 too, so
+// there the pattern changes nothing.)
 func (s *session) writePattern() {
 	data := s.mem[s.dataOffset():]
 	for i := 0; i < int(s.cfg.Size); i += s.pageSize {
