@@ -54,6 +54,7 @@ softhca options:
                      of the exchange connection, port 4791)
   --peer-port=PORT   the UDP port of the peer's device (4791)
   --timeout=DURATION give up after this long (default: never, as perftest)
+  --stats            print the transport's counters (retransmissions, drops)
 
 Examples:
   server:  softhca perf write -s 4096

@@ -148,12 +148,14 @@ func TestPerfSend(t *testing.T) {
 }
 
 func TestPerfRead(t *testing.T) {
-	srv, cli := runPerfPair(t, "read_bw", "-n", "10", "-s", "64", "-o", "2")
+	srv, cli := runPerfPair(t, "read_bw", "-n", "10", "-s", "64", "-o", "2", "--stats")
 	reg := srv.res.Region
 	require.Equal(t, srv.res.Buf[reg:reg+10*64], cli.res.Buf[:10*64])
 	require.Contains(t, cli.out, "RDMA_Read BW Test")
 	require.Contains(t, cli.out, " Outstand reads  : 2\n")
 	require.Regexp(t, `(?m)^ remote address: LID 0000 QPN 0x[0-9a-f]+ PSN 0x[0-9a-f]+ OUT 0x02 RKey`, cli.out)
+	// --stats: 10 READ requests sent, 10 responses received.
+	require.Contains(t, cli.err, "transport: 10 packets sent, 10 received; 0 retransmitted")
 }
 
 func TestPerfAtomic(t *testing.T) {

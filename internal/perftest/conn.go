@@ -24,6 +24,10 @@ type conn struct {
 
 	mu      sync.Mutex
 	ctxDone bool // the context ended: errors say so
+
+	// sizes records the size of every exchange made, in order: the
+	// transcript the tests compare with perftest's.
+	sizes []int
 }
 
 func newConn(ctx context.Context, c net.Conn, client bool) *conn {
@@ -100,6 +104,7 @@ func (x *conn) exchange(what string, mine []byte, n int) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, x.explain(err))
 	}
+	x.sizes = append(x.sizes, n)
 	return theirs, nil
 }
 

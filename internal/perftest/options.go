@@ -142,6 +142,8 @@ type Options struct {
 	PeerPort uint16
 	// Timeout bounds the whole run; 0 = none.
 	Timeout time.Duration
+	// Stats prints the transport's counters at the end.
+	Stats bool
 
 	sizeSet, cqModSet bool
 }
@@ -295,6 +297,8 @@ func optTable(o *Options) []optSpec {
 			o.Timeout = d
 			return nil
 		}},
+
+		{0, "stats", false, false, flag(&o.Stats)},
 
 		// Options of perftest 4.5-0.17 that softhca perf does not
 		// implement: refused by name rather than ignored.

@@ -57,6 +57,9 @@ type Result struct {
 	Reports    []Report
 	LatReports []LatReport
 	PeerReport *Report
+	// Transcript is the size of every message exchanged over TCP, in
+	// order.
+	Transcript []int
 }
 
 // cacheLineSize is softhca's cache line size for check_sys_data (what
@@ -381,7 +384,9 @@ func fill(b []byte, salt byte) {
 // addresses again (printed as they arrive), and one after the QP is
 // connected, so that neither side sends before the other is ready. Which
 // of the last two comes first differs between tests, but they carry the
-// same message.
+// same message. ib_write_lat, ib_read_lat and ib_atomic_lat of perftest
+// 4.5-0.17 exchange the addresses twice before connecting (once for all
+// QPs, once per QP): four exchanges.
 func (s *session) handshake() error {
 	gid, err := s.dev.QueryGID(1, s.gidIndex)
 	if err != nil {
@@ -393,6 +398,11 @@ func (s *session) handshake() error {
 	rem, err := s.keys(my)
 	if err != nil {
 		return err
+	}
+	if s.o.Lat && s.o.Verb != Send {
+		if rem, err = s.keys(my); err != nil {
+			return err
+		}
 	}
 	s.res.Remote = rem
 	if rem.GID.Addr().Is4() != my.GID.Addr().Is4() {
@@ -464,6 +474,12 @@ func (s *session) connectQP(my, rem Dest) error {
 func (s *session) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if s.dev != nil && s.o.Stats {
+		st := s.dev.TransportStats()
+		fmt.Fprintf(s.cfg.Stderr, "transport: %d packets sent, %d received; %d retransmitted (%d timeouts); RNR NAKs %d sent, %d received; sequence NAKs %d sent, %d received; %d ACKs sent; %d duplicates answered; drops %v\n",
+			st.TxPackets, st.RxPackets, st.Retransmits, st.RetryTimeouts, st.RNRNAKsSent, st.RNRNAKsReceived,
+			st.SeqNAKsSent, st.SeqNAKsReceived, st.AcksSent, st.DuplicatesAnswered, st.DropNames())
+	}
 	if s.qp != nil {
 		_ = s.qp.Destroy(ctx)
 	}
@@ -487,6 +503,7 @@ func (s *session) close() {
 		_ = s.dev.Close()
 	}
 	if s.c != nil {
+		s.res.Transcript = s.c.sizes
 		s.c.close()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -227,4 +228,46 @@ func TestRunAtomicLat(t *testing.T) {
 	srv, cli := runPair(t, "atomic_lat", "-n", "10")
 	require.Equal(t, uint64(10), binary.NativeEndian.Uint64(remote(srv.res)))
 	require.Equal(t, uint64(9), binary.NativeEndian.Uint64(local(cli.res)))
+}
+
+// TestTranscripts checks the sequence of messages each test exchanges
+// against perftest 4.5-0.17's, as read from its programs (non-duplex,
+// one QP): the prelude (version 16 bytes, page and cache line sizes 4
+// each, MTU 2), key messages (108) and results (8 each).
+func TestTranscripts(t *testing.T) {
+	prelude := []int{16, 4, 4, 2}
+	keys := func(n int) []int { return slices.Repeat([]int{DestSize}, n) }
+	results := slices.Repeat([]int{ReportFieldSize}, ReportFields)
+	cat := func(parts ...[]int) []int { return slices.Concat(append([][]int{prelude}, parts...)...) }
+	for _, c := range []struct {
+		test string
+		args []string
+		want []int // both sides
+	}{
+		// K, K, sync; then server: wait for the client, results, close.
+		{"write", nil, cat(keys(3), keys(1), results, keys(1))},
+		{"read", nil, cat(keys(3), keys(1), results, keys(1))},
+		{"atomic", nil, cat(keys(3), keys(1), results, keys(1))},
+		// -a: the client runs the sizes without a word to the server.
+		{"write", []string{"-a"}, cat(keys(3), keys(1), results, keys(1))},
+		// send: a barrier before the run; close.
+		{"send", nil, cat(keys(3), keys(1), keys(1))},
+		// send -a: barriers before and after each size, then close.
+		{"send", []string{"-a"}, cat(keys(3), slices.Repeat(keys(2), 23), keys(1))},
+		// write_lat: four before the run (the addresses twice over),
+		// nothing after.
+		{"write_lat", nil, cat(keys(4))},
+		{"write_lat", []string{"-a"}, cat(keys(4))},
+		// read/atomic lat: four, then the server waits for the client.
+		{"read_lat", nil, cat(keys(4), keys(1))},
+		{"atomic_lat", nil, cat(keys(4), keys(1))},
+		// send_lat: three, a barrier before each size, close.
+		{"send_lat", nil, cat(keys(3), keys(1), keys(1))},
+		{"send_lat", []string{"-a"}, cat(keys(3), keys(23), keys(1))},
+	} {
+		args := append([]string{"-n", "5"}, c.args...)
+		srv, cli := runPair(t, c.test, args...)
+		require.Equal(t, c.want, srv.res.Transcript, "%s %v server", c.test, c.args)
+		require.Equal(t, c.want, cli.res.Transcript, "%s %v client", c.test, c.args)
+	}
 }
