@@ -118,6 +118,10 @@ func TestRunWriteBWAllSizes(t *testing.T) {
 	// The largest size's bytes arrived at offset 0.
 	require.Equal(t, local(cli.res)[:MaxSize], remote(srv.res)[:MaxSize])
 	require.Contains(t, cli.out, BWHeaderGbits)
+	// The sizes run without exchanges between them (TestTranscripts).
+	want := slices.Concat([]int{16, 4, 4, 2}, slices.Repeat([]int{DestSize}, 4), slices.Repeat([]int{ReportFieldSize}, 5), []int{DestSize})
+	require.Equal(t, want, cli.res.Transcript)
+	require.Equal(t, want, srv.res.Transcript)
 }
 
 func TestRunReadBW(t *testing.T) {
@@ -146,6 +150,10 @@ func TestRunSendBWAllSizes(t *testing.T) {
 	require.Len(t, srv.res.Reports, 23)
 	require.Len(t, cli.res.Reports, 23)
 	require.Equal(t, local(cli.res)[:MaxSize], remote(srv.res)[:MaxSize])
+	// A barrier before and after each size (TestTranscripts).
+	want := slices.Concat([]int{16, 4, 4, 2}, slices.Repeat([]int{DestSize}, 3+2*23+1))
+	require.Equal(t, want, cli.res.Transcript)
+	require.Equal(t, want, srv.res.Transcript)
 }
 
 // counters returns the 64-bit words at the atomic slots of an area.
@@ -248,12 +256,11 @@ func TestTranscripts(t *testing.T) {
 		{"write", nil, cat(keys(3), keys(1), results, keys(1))},
 		{"read", nil, cat(keys(3), keys(1), results, keys(1))},
 		{"atomic", nil, cat(keys(3), keys(1), results, keys(1))},
-		// -a: the client runs the sizes without a word to the server.
-		{"write", []string{"-a"}, cat(keys(3), keys(1), results, keys(1))},
 		// send: a barrier before the run; close.
 		{"send", nil, cat(keys(3), keys(1), keys(1))},
-		// send -a: barriers before and after each size, then close.
-		{"send", []string{"-a"}, cat(keys(3), slices.Repeat(keys(2), 23), keys(1))},
+		// send -a: barriers before and after each size, then close
+		// (TestRunSendBWAllSizes); write -a: the client runs the sizes
+		// without a word to the server (TestRunWriteBWAllSizes).
 		// write_lat: four before the run (the addresses twice over),
 		// nothing after.
 		{"write_lat", nil, cat(keys(4))},
