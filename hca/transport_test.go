@@ -331,3 +331,27 @@ func TestUCSendWrite(t *testing.T) {
 	require.True(t, bytes.Equal(a.buf[:3000], b.buf[10000:13000]))
 	require.Zero(t, a.dev.TransportStats().AcksSent+b.dev.TransportStats().AcksSent, "UC sends no acknowledgements")
 }
+
+// TestCloseSendsOwedACK: a receiver that takes a completion and at once
+// destroys its QP and closes its device (a program that exits) still
+// sends the ACK it owes, so the sender's SEND completes successfully
+// rather than in a retry error. Losing it was a race (2 runs in 20 before
+// the fix), so the test repeats.
+func TestCloseSendsOwedACK(t *testing.T) {
+	for i := range 30 {
+		a, b := udpPair(t, true) // a link whose Close discards what was not sent
+		connect(t, a, b, verbs.QPTypeRC, verbs.MTU1024)
+		_, err := b.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.mr.SGE(0, 64)}})
+		require.NoError(t, err)
+		_, err = a.qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 64)}})
+		require.NoError(t, err)
+		wcs := make([]verbs.WC, 1)
+		require.Equal(t, 1, b.pollWait(wcs))
+		require.Equal(t, verbs.WCSuccess, wcs[0].Status)
+		require.NoError(t, b.qp.Destroy(context.Background()))
+		require.NoError(t, b.dev.Close())
+		require.Equal(t, 1, a.pollWait(wcs))
+		require.Equal(t, verbs.WCSuccess, wcs[0].Status, "run %d: the sender's SEND", i)
+		require.Equal(t, uint64(2), wcs[0].WRID)
+	}
+}

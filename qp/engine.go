@@ -161,12 +161,14 @@ const (
 	evPacket eventKind = iota
 	evKick             // work was posted or a window opened
 	evTimer            // a QP timer fired
+	evSync             // close done once everything queued before was sent
 )
 
 type event struct {
 	kind eventKind
 	q    *QP
 	rx   *rxBuf
+	done chan struct{} // evSync
 }
 
 // worker owns a share of the QPs and runs their protocol work: it alone
@@ -185,6 +187,7 @@ type worker struct {
 	// delivered: this batch completed a receive, so an application may
 	// be about to answer it (see run).
 	delivered bool
+	syncs     []chan struct{} // evSync events to close after the next flush
 }
 
 // A transmit batch is flushed when it holds txBatch packets or
@@ -229,10 +232,18 @@ func NewEngine(cfg EngineConfig) *Engine {
 	return e
 }
 
-// Close stops the engine's goroutines. It closes the link.
+// Close stops the engine's goroutines. It closes the link, after the
+// workers have sent what they owe: the ACK of a message whose completion
+// the application already polled must not die with the device (rxe's
+// destroy waits for its responder in the same way).
 func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
+	}
+	for _, w := range e.workers {
+		done := make(chan struct{})
+		w.enqueue([]event{{kind: evSync, done: done}})
+		<-done
 	}
 	err := e.cfg.Link.Close()
 	close(e.done)
@@ -378,6 +389,7 @@ func (w *worker) run() {
 			}
 			w.spare = batch[:0]
 			if len(batch) == 0 && len(w.dirty) == 0 {
+				w.closeSyncs()
 				break
 			}
 			if w.delivered && !yielded && len(w.dirty) > 0 {
@@ -395,12 +407,27 @@ func (w *worker) run() {
 			}
 			w.delivered = false
 			w.finishBatch()
+			w.closeSyncs()
 		}
 	}
 }
 
+// closeSyncs releases the evSync waiters: what was queued before them has
+// been handled and sent.
+func (w *worker) closeSyncs() {
+	for i, c := range w.syncs {
+		close(c)
+		w.syncs[i] = nil
+	}
+	w.syncs = w.syncs[:0]
+}
+
 func (w *worker) handle(ev *event) {
 	q := ev.q
+	if ev.kind == evSync {
+		w.syncs = append(w.syncs, ev.done)
+		return
+	}
 	q.mu.Lock()
 	switch ev.kind {
 	case evPacket:
