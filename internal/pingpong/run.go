@@ -75,11 +75,6 @@ type session struct {
 	pending   []int // per QP: the WR IDs still to complete before the next send
 	numEvents int
 	badPages  map[int]bool // pages -c found wrong
-
-	// For lingerForACKs (RC and srq): the link's ACKs, and the messages
-	// received per QP.
-	acks     *ackWatch
-	received []int
 }
 
 // fail is an error with rdma-core's message and, if known, softhca's
@@ -144,7 +139,6 @@ func (s *session) run(ctx context.Context) error {
 		return err
 	}
 	elapsed := time.Since(start)
-	s.lingerForACKs()
 	s.printf("%s", ResultLines(c.Size, c.Iters, elapsed))
 	if c.Mode != SRQ {
 		s.reportBadPages()
@@ -279,10 +273,6 @@ func (s *session) setup(addr netip.AddrPort) error {
 	if err != nil {
 		return fail("Couldn't get context for "+DeviceName, fmt.Errorf("UDP %s: %w", addr, err))
 	}
-	if c.Mode == RC || c.Mode == SRQ {
-		s.acks = newAckWatch(l)
-		l = s.acks
-	}
 	mtu := c.PortMTU
 	if mtu == 0 {
 		mtu = portMTUFor(addr.Addr())
@@ -361,7 +351,6 @@ func (s *session) setup(addr netip.AddrPort) error {
 		return fmt.Errorf("Couldn't post receive (%d)", posted)
 	}
 	s.pending = make([]int, len(s.qps))
-	s.received = make([]int, len(s.qps))
 	if c.Events {
 		if err := s.cq.ReqNotify(false); err != nil {
 			return fail("Couldn't request CQ notification", err)
@@ -779,7 +768,6 @@ func (s *session) handleWC(wc *verbs.WC, rcnt, scnt, routs *int, refillAt int) e
 			}
 		}
 		*rcnt++
-		s.received[qi]++
 		if c.Validate && c.Mode != SRQ {
 			// One message at a time: nothing else is placed in the
 			// buffer until this side answers.
