@@ -30,7 +30,9 @@
 //     PSN, R_Key, virtual address of the peer-accessible buffer), the 16
 //     GID bytes as "%02x:", the SRQ number as "%08x:", and a NUL. Every
 //     test exchanges them three times before it runs: the addresses, the
-//     addresses again, and once after the QP is connected.
+//     addresses again, and once after the QP is connected; ib_write_lat,
+//     ib_read_lat and ib_atomic_lat four times (the addresses twice
+//     before connecting).
 //  5. per test (see runTest): more key exchanges as barriers, and for the
 //     one-way bandwidth tests the client's results (xchg_bw_reports):
 //     size, iterations, peak, average and message rate, five 8-byte
@@ -59,7 +61,15 @@
 // connection (the address the client connected from, or the server
 // accepted on), port 4791, unless Options.Addr says otherwise; packets go
 // to the peer GID's address, port 4791 or Options.PeerPort. The port's
-// active MTU follows the network interface, as with rxe.
+// active MTU follows the network interface, as with rxe. The banner says
+// where the device listens ("UDP address", a line perftest does not
+// have).
+//
+// # Waiting
+//
+// perftest busy-polls its CQs. A Go program that does starves its own
+// network goroutines, so softhca sleeps on completion channels instead,
+// and polls the byte ib_write_lat waits on with 1 us sleeps.
 //
 // # Threading
 //

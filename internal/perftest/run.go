@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/softhca/softhca/cq"
@@ -159,6 +160,9 @@ func (s *session) connect(ctx context.Context) error {
 	s.printf("\n************************************\n")
 	s.printf("* Waiting for client to connect... *\n")
 	s.printf("************************************\n")
+	if s.o.Port == 0 && s.cfg.Listener == nil {
+		fmt.Fprintf(s.cfg.Stderr, "note: listening on TCP port %d\n", l.Addr().(*net.TCPAddr).Port)
+	}
 	if s.cfg.Listening != nil {
 		s.cfg.Listening(l.Addr())
 	}
@@ -230,7 +234,11 @@ func (s *session) openDevice() error {
 	} else {
 		l, err := udp.Open(udp.Config{Addr: netip.AddrPortFrom(addr, port), GSO: true, GRO: true})
 		if err != nil {
-			return fmt.Errorf("cannot open the device's UDP socket on %s: %w", netip.AddrPortFrom(addr, port), err)
+			hint := ""
+			if errors.Is(err, syscall.EADDRINUSE) {
+				hint = " (another RoCEv2 stack such as rdma_rxe, or another softhca, has the port; --addr chooses another address or port)"
+			}
+			return fmt.Errorf("cannot open the device's UDP socket on %s: %w%s", netip.AddrPortFrom(addr, port), err, hint)
 		}
 		lk = l
 	}
