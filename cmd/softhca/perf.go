@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/softhca/softhca/internal/perftest"
+	"github.com/softhca/softhca/internal/pingpong"
 )
 
 const perfUsage = `usage: softhca perf TEST [OPTIONS] [SERVER]
@@ -61,6 +62,9 @@ Examples:
   client:  softhca perf write -s 4096 10.0.0.1
   with rxe on the other host: ib_write_bw -d rxe0 -x 1 -s 4096 [SERVER]
 
+With SOFTHCA_STATS=<file> in the environment, the device's transport
+counters are written to file as JSON at the end, as pingpong does.
+
 Exit status: 0 when the test ran, 1 when it failed, 2 on usage errors.
 `
 
@@ -104,6 +108,10 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	res, err := perftest.Run(ctx, perftest.Config{Options: o, Stdout: stdout, Stderr: stderr, Listening: perfListening})
 	if perfDone != nil {
 		perfDone(o, res)
+	}
+	if f := os.Getenv("SOFTHCA_STATS"); f != "" && res != nil {
+		// The same counters, in the same format, as pingpong writes.
+		_ = os.WriteFile(f, pingpong.StatsJSON(res.Stats), 0o644)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -137,7 +140,16 @@ func TestPerfWrite(t *testing.T) {
 }
 
 func TestPerfSend(t *testing.T) {
+	// SOFTHCA_STATS: both sides (one process here) write their counters.
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	t.Setenv("SOFTHCA_STATS", stats)
 	srv, cli := runPerfPair(t, "send", "-n", "10", "-s", "5000", "--report_gbits")
+	b, err := os.ReadFile(stats)
+	require.NoError(t, err)
+	var m map[string]uint64
+	require.NoError(t, json.Unmarshal(b, &m))
+	require.Contains(t, m, "tx_packets")
+	require.Contains(t, m, "retransmits")
 	require.Equal(t, cli.res.Buf[:5000], srv.res.Buf[srv.res.Region:srv.res.Region+5000])
 	for _, r := range []perfRun{srv, cli} {
 		require.Contains(t, r.out, "Send BW Test")
@@ -156,6 +168,8 @@ func TestPerfRead(t *testing.T) {
 	require.Regexp(t, `(?m)^ remote address: LID 0000 QPN 0x[0-9a-f]+ PSN 0x[0-9a-f]+ OUT 0x02 RKey`, cli.out)
 	// --stats: 10 READ requests sent, 10 responses received.
 	require.Contains(t, cli.err, "transport: 10 packets sent, 10 received; 0 retransmitted")
+	require.Equal(t, uint64(10), cli.res.Stats.TxPackets)
+	require.Equal(t, uint64(10), srv.res.Stats.TxPackets)
 }
 
 func TestPerfAtomic(t *testing.T) {

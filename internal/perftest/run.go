@@ -16,6 +16,7 @@ import (
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/link/udp"
+	"github.com/softhca/softhca/qp"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
 )
@@ -61,6 +62,8 @@ type Result struct {
 	// Transcript is the size of every message exchanged over TCP, in
 	// order.
 	Transcript []int
+	// Stats are the device's transport counters once it is closed.
+	Stats qp.Stats
 }
 
 // cacheLineSize is softhca's cache line size for check_sys_data (what
@@ -509,6 +512,7 @@ func (s *session) close() {
 	}
 	if s.dev != nil {
 		_ = s.dev.Close()
+		s.res.Stats = s.dev.TransportStats()
 	}
 	if s.c != nil {
 		s.res.Transcript = s.c.sizes
