@@ -62,6 +62,11 @@ type CaptureStats struct {
 	// KernelDrops is the number of frames the capture socket lost (its
 	// buffer overflowed): the counts are then lower bounds.
 	KernelDrops int
+	// Trailing is the number of packets of each direction (ToGuest,
+	// FromGuest) after the last packet of the other one: what one side
+	// sent after the other had stopped, which may find the other's
+	// device already closed.
+	Trailing [2]int
 	// Problems describes the first bad packets and payload errors.
 	Problems []string
 }
@@ -258,6 +263,8 @@ func (c *Capture) frame(f []byte, pkt *wire.Packet) {
 	}
 	ds := c.stats.Dir(d)
 	ds.Packets++
+	c.stats.Trailing[d]++
+	c.stats.Trailing[1-d] = 0
 	*pkt = wire.Packet{}
 	if r := wire.Parse(ip, pkt); r != wire.DropNone {
 		ds.Bad[r.String()]++

@@ -39,17 +39,40 @@ func parseCounterLines(b []byte) (Counters, error) {
 	return c, err
 }
 
-// RXECounters reads rxe0's hw_counters in the guest.
+// guestNetCounters prints, as name:value lines, where the guest's network
+// stack drops packets before rxe sees them: eth0's receive drops, the
+// per-CPU backlog's drops (/proc/net/softnet_stat, second column) and
+// UDP's receive errors.
+const guestNetCounters = `for f in rx_dropped rx_missed_errors rx_fifo_errors rx_errors; do
+	echo "net.eth0.$f:$(cat /sys/class/net/eth0/statistics/$f)"
+done
+n=0; while read -r _ d _; do n=$((n + 0x$d)); done < /proc/net/softnet_stat; echo "net.softnet.dropped:$n"
+awk '/^Udp:/ { if (!h) { for (i = 2; i <= NF; i++) k[i] = $i; h = 1 } else for (i = 2; i <= NF; i++) if (k[i] ~ /Errors$/) print "net.udp." k[i] ":" $i }' /proc/net/snmp
+`
+
+// RXECounters reads rxe0's hw_counters in the guest, and the guest
+// network stack's drop counters (named net.*).
 func (v *VM) RXECounters(ctx context.Context) (Counters, error) {
-	r, err := v.Sh(ctx, 20*time.Second, "grep . "+rxeCounterDir+"/*")
+	r, err := v.Sh(ctx, 20*time.Second, "grep . "+rxeCounterDir+"/*\n"+guestNetCounters)
 	if err != nil {
 		return nil, err
 	}
 	c, err := parseCounterLines(r.Stdout)
-	if err == nil && len(c) == 0 {
+	if err == nil && c["rcvd_pkts"] == 0 && c["sent_pkts"] == 0 && len(c) < 5 {
 		err = fmt.Errorf("no counters in %s: %q", rxeCounterDir, r.Stdout)
 	}
 	return c, err
+}
+
+// NetDrops sums the guest network stack's drop counters in c.
+func (c Counters) NetDrops() uint64 {
+	var n uint64
+	for k, v := range c {
+		if strings.HasPrefix(k, "net.") {
+			n += v
+		}
+	}
+	return n
 }
 
 // Sub returns c - before, counter by counter (lifespan, a setting, is

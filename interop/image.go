@@ -36,10 +36,11 @@ const imageFormat = "softhca-interop-image-1"
 
 // GuestPackages are the Debian packages the guest is made of (with their
 // dependency closure): rdma-core's ibverbs-utils and the rxe provider,
-// perftest, iproute2 (ip, rdma, tc), kmod (modprobe) and busybox for
-// everything else.
+// perftest, iproute2 (ip, rdma, tc), kmod (modprobe), coreutils (stdbuf,
+// so that a killed tool's last lines are not lost in its stdio buffer) and
+// busybox for everything else.
 var GuestPackages = []string{
-	"bash", "busybox-static", "ibverbs-providers", "ibverbs-utils", "iproute2",
+	"bash", "busybox-static", "coreutils", "ibverbs-providers", "ibverbs-utils", "iproute2",
 	"kmod", "libibverbs1", "librdmacm1", "perftest",
 }
 

@@ -221,9 +221,9 @@ func (e *env) testPingpong(t *testing.T) {
 // pingpongIters keeps every case to a second or two under TCG.
 func pingpongIters(size int) int {
 	if size > 8192 {
-		return 10
+		return 20
 	}
-	return 50
+	return 100
 }
 
 // setMTU sets the network for a path MTU: the host bridge and tap and the
@@ -278,7 +278,7 @@ func (e *env) runPingpong(t *testing.T, pp pingpong) *exchangeResult {
 		fill = 0 // srq_pingpong clears its buffer
 	}
 	x := exchange{port: port, server: guest, client: host, check: PingpongPayload(fill, 4096), loss: pp.loss,
-		verify: pingpongVerify(pp)}
+		verify: pingpongVerify(pp), lateTail: pp.mode == "srq"}
 	if pp.softhcaServer {
 		x.server, x.client = host, guest
 		x.client.argv = append(x.client.argv, e.hostAddr().String())
@@ -319,11 +319,11 @@ func (e *env) testPerftest(t *testing.T) {
 		args       []string
 	}
 	tests := []test{
-		{"send", "send", []string{"-s", "65536", "-n", "200"}},
-		{"write", "write", []string{"-s", "65536", "-n", "200"}},
-		{"read", "read", []string{"-s", "65536", "-n", "200"}},
-		{"atomic-fadd", "atomic", []string{"-A", "FETCH_AND_ADD", "-n", "500"}},
-		{"atomic-cas", "atomic", []string{"-A", "CMP_AND_SWAP", "-n", "500"}},
+		{"send", "send", []string{"-s", "65536", "-n", "500"}},
+		{"write", "write", []string{"-s", "65536", "-n", "500"}},
+		{"read", "read", []string{"-s", "65536", "-n", "500"}},
+		{"atomic-fadd", "atomic", []string{"-A", "FETCH_AND_ADD", "-n", "1000"}},
+		{"atomic-cas", "atomic", []string{"-A", "CMP_AND_SWAP", "-n", "1000"}},
 	}
 	for _, tc := range tests {
 		for _, role := range []string{"softhca-client", "softhca-server"} {
