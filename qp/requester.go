@@ -729,6 +729,16 @@ func (q *QP) readResponseLocked(w *worker, wqe *sendWQE, i int, p *wire.Packet) 
 	d := psn.Diff(wqe.eng.respNext)
 	if d < 0 || d >= 128 || wqe.eng.seen[d/64]&(1<<(d%64)) != 0 {
 		s.e.drop(DropStaleResponse) // a duplicate, or too far ahead
+		// Still, the responder is alive and working through this
+		// READ: rxe sends a READ's last response before it looks at a
+		// request to resend part of it, so after one loss a long READ
+		// streams on past the bitmap for as long as it takes (half a
+		// second for 8 MiB from a guest under emulation). The
+		// transport timer, which is for silence, starts over; the
+		// retry budget does not.
+		if s.timerArmed && !s.rnrWait {
+			q.armRetransmitLocked()
+		}
 		return
 	}
 	off := uint32(psn.Diff(wqe.eng.firstPSN)) * q.mtuLocked()
