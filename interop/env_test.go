@@ -381,6 +381,25 @@ func (e *env) report() string {
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "%d passed, %d failed, %d skipped\n", pass, fail, skip)
+	// Time per group (the name up to the role: TestInterop/pingpong/mtu1024/rc).
+	var groups []string
+	sum := map[string]time.Duration{}
+	count := map[string]int{}
+	for _, r := range e.results {
+		parts := strings.Split(r.Name, "/")
+		g := strings.Join(parts[:min(len(parts), 4)], "/")
+		if len(parts) > 2 && parts[1] != "pingpong" {
+			g = strings.Join(parts[:2], "/")
+		}
+		if count[g] == 0 {
+			groups = append(groups, g)
+		}
+		sum[g] += r.Duration
+		count[g]++
+	}
+	for _, g := range groups {
+		fmt.Fprintf(&b, "  %-36s %3d cases %7.1fs\n", g, count[g], sum[g].Seconds())
+	}
 	return b.String()
 }
 
