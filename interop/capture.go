@@ -62,13 +62,17 @@ type CaptureStats struct {
 	// KernelDrops is the number of frames the capture socket lost (its
 	// buffer overflowed): the counts are then lower bounds.
 	KernelDrops int
-	// Trailing is the number of packets of each direction (ToGuest,
-	// FromGuest) after the last packet of the other one: what one side
-	// sent after the other had stopped, which may find the other's
-	// device already closed.
-	Trailing [2]int
+	// times holds each direction's packet arrival times, in order.
+	times [2][]time.Time
 	// Problems describes the first bad packets and payload errors.
 	Problems []string
+}
+
+// After returns how many packets of direction d the capture saw at or
+// after t.
+func (s *CaptureStats) After(d Direction, t time.Time) int {
+	ts := s.times[d]
+	return len(ts) - sort.Search(len(ts), func(i int) bool { return !ts[i].Before(t) })
 }
 
 // Dir returns the counts of one direction.
@@ -263,8 +267,7 @@ func (c *Capture) frame(f []byte, pkt *wire.Packet) {
 	}
 	ds := c.stats.Dir(d)
 	ds.Packets++
-	c.stats.Trailing[d]++
-	c.stats.Trailing[1-d] = 0
+	c.stats.times[d] = append(c.stats.times[d], time.Now())
 	*pkt = wire.Packet{}
 	if r := wire.Parse(ip, pkt); r != wire.DropNone {
 		ds.Bad[r.String()]++

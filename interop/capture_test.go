@@ -56,8 +56,11 @@ func TestCaptureFrameAccounting(t *testing.T) {
 	if len(st.Problems) != 2 || !strings.Contains(st.Problems[0], wire.DropBadICRC.String()) || !strings.Contains(st.Problems[1], "wrong data") {
 		t.Errorf("problems %q, want the bad ICRC and the wrong data", st.Problems)
 	}
-	if st.Trailing != [2]int{0, 2} {
-		t.Errorf("trailing packets %v, want [0 2] (two from the guest after the last to it)", st.Trailing)
+	if n := st.After(FromGuest, st.times[FromGuest][1]); n != 1 {
+		t.Errorf("%d guest->host packets at or after the second one's time, want 1", n)
+	}
+	if n := st.After(ToGuest, st.times[ToGuest][0]); n != 2 {
+		t.Errorf("%d host->guest packets at or after the first one's time, want 2", n)
 	}
 	if got := st.FromGuest.Ops["RC Acknowledge"]; got != 1 {
 		t.Errorf("guest->host RC Acknowledge count %d, want 1", got)

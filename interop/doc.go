@@ -5,13 +5,15 @@
 // each side accepted the other's packets (their ICRC verified).
 //
 // The package is a small library: the guest image builder (image.go), the
-// host network and the VM (vm.go), the guest command channel (package
-// interop/agent), packet capture and checks (capture.go), rxe's counters
-// (counters.go) and the host side of the immediate-data test (imm.go).
+// host network and the VM (net.go, vm.go, rxe.go), the guest command
+// channel (package interop/agent), packet capture (capture.go) and the
+// checks on what it saw (payload.go, perfcheck.go), packet loss (bpf.go),
+// rxe's counters (counters.go) and the host side of the immediate-data
+// test (imm.go).
 // The matrix itself is in the test files, behind the build tag interop:
 //
 //	go test -tags interop ./interop/...      # needs root, qemu, /dev/net/tun
 //
-// and go run -tags interop ./interop/cmd/vm keeps a guest running for
-// trying tools by hand. See README.md in this directory.
+// and go run ./interop/cmd/vm up|exec|sh|status|down keeps a guest running
+// for trying tools by hand. See README.md in this directory.
 package interop

@@ -50,12 +50,17 @@ type exchange struct {
 	loss int
 	// verify checks the two sides' output and returns what is wrong.
 	verify func(server, client string) []string
-	// lateTail allows the last packets of each direction, those sent
-	// after the other side's last packet, to go uncounted by the receiver:
-	// srq_pingpong ends when its totals over all QPs are reached, while
-	// other QPs may still have sends in flight, and destroys its QPs
-	// without waiting for them.
+	// lateTail allows the packets that reach a side while it tears its
+	// device down (from lateWindow before its process ends) to go
+	// uncounted: srq_pingpong ends when its totals over all QPs are
+	// reached, while other QPs may still have sends in flight (and their
+	// retransmissions), and destroys its QPs without waiting for them.
 	lateTail bool
+	// retryRxeSide repeats the exchange once when everything wrong with
+	// it is on the rxe side (see problem.rxeSide): srq_pingpong's end can
+	// leave rxe waiting forever for an ACK that the peer, already done,
+	// will not send again.
+	retryRxeSide bool
 }
 
 // exchangeResult is what an exchange produced.
@@ -67,6 +72,18 @@ type exchangeResult struct {
 	dropped              int      // packets the loss filter dropped
 	tapDropped           uint64   // packets the tap dropped on the way to the guest (its queue was full)
 	elapsed              time.Duration
+	problems             []problem // what was wrong
+	diag                 []string  // the outputs, the capture, the counters, for a failure
+	retried              string    // why the first attempt was repeated, if it was
+}
+
+// problem is one thing wrong with an exchange.
+type problem struct {
+	msg string
+	// rxeSide marks what concerns only the rxe side or the ends of the
+	// run (the guest tool hung or its output, rxe's and the end-of-run
+	// counts), not what softhca did or sent.
+	rxeSide bool
 }
 
 // note summarises a result for the report.
@@ -82,6 +99,9 @@ func (r *exchangeResult) note() string {
 	if len(r.softhca) > 0 {
 		s += "; softhca " + r.softhca.String()
 	}
+	if r.retried != "" {
+		s += "; RETRIED after: " + r.retried
+	}
 	return s
 }
 
@@ -91,7 +111,52 @@ func (r *exchangeResult) note() string {
 // counted as received (rcvd_pkts, which rxe increments only after the
 // header and ICRC checks) every packet that reached the guest, and as
 // sent every packet that left it.
+//
+// With x.retryRxeSide, an attempt whose every problem is on the rxe side
+// is repeated once; the report notes it.
 func (e *env) run(t *testing.T, x exchange) *exchangeResult {
+	t.Helper()
+	res := e.attempt(t, x)
+	if x.retryRxeSide && len(res.problems) > 0 {
+		rxeOnly := true
+		var msgs []string
+		for _, p := range res.problems {
+			rxeOnly = rxeOnly && p.rxeSide
+			msgs = append(msgs, p.msg)
+		}
+		if rxeOnly {
+			t.Logf("first attempt failed on the rxe side only, retrying once:\n%s", indent(strings.Join(append(msgs, res.diag...), "\n")))
+			first := strings.Join(msgs, "; ")
+			x.port = e.nextPort()
+			x.server.argv = replacePort(x.server.argv, x.port)
+			x.client.argv = replacePort(x.client.argv, x.port)
+			res = e.attempt(t, x)
+			res.retried = first
+		}
+	}
+	for _, p := range res.problems {
+		t.Error(p.msg)
+	}
+	for _, d := range res.diag {
+		t.Log(d)
+	}
+	return res
+}
+
+// replacePort replaces the value of -p in argv.
+func replacePort(argv []string, port int) []string {
+	out := append([]string(nil), argv...)
+	for i := 0; i+1 < len(out); i++ {
+		if out[i] == "-p" {
+			out[i+1] = strconv.Itoa(port)
+		}
+	}
+	return out
+}
+
+// attempt runs the exchange once and returns what was wrong in
+// res.problems; it fails the test only when the exchange cannot start.
+func (e *env) attempt(t *testing.T, x exchange) *exchangeResult {
 	t.Helper()
 	if x.timeout == 0 {
 		x.timeout = 60 * time.Second
@@ -186,42 +251,46 @@ func (e *env) run(t *testing.T, x exchange) *exchangeResult {
 	}
 
 	failed := false
-	fail := func(format string, args ...any) {
-		t.Helper()
+	fail := func(rxeSide bool, format string, args ...any) {
 		failed = true
-		t.Errorf(format, args...)
+		res.problems = append(res.problems, problem{fmt.Sprintf(format, args...), rxeSide})
 	}
 	if !srvOK {
-		fail("server %s: %s, want exit 0", x.server, srvStatus)
+		fail(x.server.guest, "server %s: %s, want exit 0", x.server, srvStatus)
 	}
 	if !cliOK {
-		fail("client %s: %s, want exit 0", x.client, cliStatus)
+		fail(x.client.guest, "client %s: %s, want exit 0", x.client, cliStatus)
 	}
 	if x.verify != nil {
 		for _, p := range x.verify(srvOut, cliOut) {
-			fail("%s", p)
+			guestSide := (strings.HasPrefix(p, "server") && x.server.guest) || (strings.HasPrefix(p, "client") && x.client.guest)
+			fail(guestSide, "%s", p)
 		}
 	}
 	c := &res.capture
 	for _, d := range []Direction{ToGuest, FromGuest} {
 		ds := c.Dir(d)
 		if len(ds.Bad) > 0 {
-			fail("%s: %d of %d packets failed softhca's parser (%s), want all to parse with a correct ICRC",
+			fail(false, "%s: %d of %d packets failed softhca's parser (%s), want all to parse with a correct ICRC",
 				d, ds.Packets-ds.Good, ds.Packets, formatCounts(ds.Bad))
 		}
 		if ds.PayloadErrors > 0 {
-			fail("%s: %d packets carry data the test did not send", d, ds.PayloadErrors)
+			fail(false, "%s: %d packets carry data the test did not send", d, ds.PayloadErrors)
 		}
 		if ds.Packets == 0 {
-			fail("%s: no RoCEv2 packets captured, want some", d)
+			fail(false, "%s: no RoCEv2 packets captured, want some", d)
 		}
 	}
 	// late are the packets a receiver may miss by the end of the run.
 	late := func(d Direction) uint64 {
-		if x.lateTail {
-			return uint64(c.Trailing[d])
+		if !x.lateTail {
+			return 0
 		}
-		return 0
+		receiver := srv
+		if (d == ToGuest) != srv.ep.guest {
+			receiver = cli
+		}
+		return uint64(c.After(d, receiver.exitedAt.Add(-lateWindow)))
 	}
 	if c.KernelDrops == 0 {
 		// The capture sees a packet to the guest before the tap queues
@@ -230,57 +299,63 @@ func (e *env) run(t *testing.T, x exchange) *exchangeResult {
 		// So can the guest's network stack (counted in net.*).
 		netDrops := res.rxe.NetDrops()
 		if got, want := res.rxe["rcvd_pkts"], uint64(c.ToGuest.Good); got > want || got+late(ToGuest)+res.tapDropped+netDrops < want {
-			fail("rxe0 rcvd_pkts went up by %d, want %d: the capture saw %d packets from softhca on their way to the guest, all with a correct ICRC (rxe drops bad ones silently; the tap dropped %d for a full queue, the guest's network stack %d; %d came after rxe's last packet)",
+			fail(true, "rxe0 rcvd_pkts went up by %d, want %d: the capture saw %d packets from softhca on their way to the guest, all with a correct ICRC (rxe drops bad ones silently; the tap dropped %d for a full queue, the guest's network stack %d; %d came as the rxe side was closing)",
 				got, want, want, res.tapDropped, netDrops, late(ToGuest))
 		}
 		if got, want := res.rxe["sent_pkts"], uint64(c.FromGuest.Packets); got != want {
-			fail("rxe0 sent_pkts went up by %d, want %d (the packets the capture saw leave the guest)", got, want)
+			fail(true, "rxe0 sent_pkts went up by %d, want %d (the packets the capture saw leave the guest)", got, want)
 		}
 	} else {
-		t.Logf("the capture lost %d frames: counts not compared", c.KernelDrops)
+		res.diag = append(res.diag, fmt.Sprintf("the capture lost %d frames: counts not compared", c.KernelDrops))
 	}
 	for k, v := range res.softhca {
 		if strings.HasPrefix(k, "parse: ") && v != 0 {
-			fail("softhca dropped %d packets from rxe as malformed (%s), want 0", v, k)
+			fail(false, "softhca dropped %d packets from rxe as malformed (%s), want 0", v, k)
 		}
 	}
 	if rx, ok := res.softhca["rx_packets"]; ok && c.KernelDrops == 0 {
 		// Under loss the capture sees guest->host packets before the tap's
 		// ingress filter drops them.
 		if want := uint64(c.FromGuest.Packets); (rx > want || rx+late(FromGuest) < want) && x.loss == 0 {
-			fail("softhca received %d packets, want %d (the packets the capture saw leave the guest; %d came after softhca's last packet)", rx, want, late(FromGuest))
+			fail(true, "softhca received %d packets, want %d (the packets the capture saw leave the guest; %d came as softhca was closing)", rx, want, late(FromGuest))
 		}
 		if tx, want := res.softhca["tx_packets"], uint64(c.ToGuest.Packets); tx < want {
-			fail("softhca says it sent %d packets, but the capture saw %d reach the guest", tx, want)
+			fail(false, "softhca says it sent %d packets, but the capture saw %d reach the guest", tx, want)
 		}
 	}
+	diag := func(format string, args ...any) { res.diag = append(res.diag, fmt.Sprintf(format, args...)) }
 	if failed || os.Getenv("SOFTHCA_INTEROP_PCAP") != "" {
-		pcap := filepath.Join(e.dir, sanitize(t.Name())+".pcap")
+		pcap := filepath.Join(e.dir, sanitize(t.Name())+fmt.Sprintf("-p%d.pcap", x.port))
 		if err := capt.WritePcap(pcap); err == nil {
-			t.Logf("capture (first 500 and last 1500 frames): %s", pcap)
+			diag("capture (first 500 and last 1500 frames): %s", pcap)
 		}
 	}
 	if failed {
-		t.Logf("server %s: %s\n%s", x.server, srvStatus, indent(srvOut))
-		t.Logf("client %s: %s\n%s", x.client, cliStatus, indent(cliOut))
-		t.Logf("capture: %s", c)
+		diag("server %s: %s\n%s", x.server, srvStatus, indent(srvOut))
+		diag("client %s: %s\n%s", x.client, cliStatus, indent(cliOut))
+		diag("capture: %s", c)
 		for _, p := range c.Problems {
-			t.Logf("  %s", p)
+			diag("  %s", p)
 		}
-		t.Logf("rxe0 counters during the run: %s", res.rxe)
+		diag("rxe0 counters during the run: %s", res.rxe)
 		if len(res.softhca) > 0 {
-			t.Logf("softhca counters: %s", res.softhca)
+			diag("softhca counters: %s", res.softhca)
 		}
 	}
 	return res
 }
 
+// lateWindow is how long before its process ends a side of a lateTail
+// exchange may already be tearing its QPs down.
+const lateWindow = 200 * time.Millisecond
+
 // proc is a running endpoint.
 type proc struct {
-	ep     endpoint
-	guest  *agent.Proc
-	host   *hostProc
-	inproc *inprocRun
+	ep       endpoint
+	exitedAt time.Time // when wait saw it end
+	guest    *agent.Proc
+	host     *hostProc
+	inproc   *inprocRun
 }
 
 // inprocRun is an in-process endpoint running in a goroutine.
@@ -343,6 +418,7 @@ func (p *proc) waitListen(ctx context.Context, e *env, port int) error {
 
 // wait waits for the endpoint to end: ok, how it ended, its output.
 func (p *proc) wait() (bool, string, string) {
+	defer func() { p.exitedAt = time.Now() }()
 	if p.guest != nil {
 		r, err := p.guest.Wait()
 		out := string(r.Stdout) + string(r.Stderr)

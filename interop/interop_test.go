@@ -278,7 +278,7 @@ func (e *env) runPingpong(t *testing.T, pp pingpong) *exchangeResult {
 		fill = 0 // srq_pingpong clears its buffer
 	}
 	x := exchange{port: port, server: guest, client: host, check: PingpongPayload(fill, 4096), loss: pp.loss,
-		verify: pingpongVerify(pp), lateTail: pp.mode == "srq"}
+		verify: pingpongVerify(pp), lateTail: pp.mode == "srq", retryRxeSide: pp.mode == "srq"}
 	if pp.softhcaServer {
 		x.server, x.client = host, guest
 		x.client.argv = append(x.client.argv, e.hostAddr().String())
