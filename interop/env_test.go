@@ -413,6 +413,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprint(os.Stderr, "\n"+rep)
 		os.WriteFile(filepath.Join(theEnv.dir, "report.txt"), []byte(rep), 0o644)
 		theEnv.close()
+		// The binaries are rebuilt every run; the logs, captures and
+		// report stay.
+		for _, f := range []string{theEnv.softhca, filepath.Join(theEnv.dir, "shca-agent"), filepath.Join(theEnv.dir, "vm", "share", "shca-agent")} {
+			os.Remove(f)
+		}
 		fmt.Fprintf(os.Stderr, "interop: logs, captures of failed cases and report.txt in %s\n", theEnv.dir)
 	}
 	os.Exit(code)
