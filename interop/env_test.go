@@ -422,3 +422,15 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// noCache keeps go test from caching the result: a run of the harness
+// tests softhca against a live guest and must run every time, even
+// without -count=1. go test does not cache a run that read a file of the
+// module modified in its last two seconds, so write one (.lastrun, which
+// .gitignore lists) and read it back as the last thing the test does.
+func noCache() {
+	f := ".lastrun" // the test runs in the package directory
+	if err := os.WriteFile(f, []byte(time.Now().Format(time.RFC3339Nano)+"\n"), 0o644); err == nil {
+		os.ReadFile(f)
+	}
+}

@@ -24,6 +24,7 @@ import (
 // examples and perftest against the softhca command, and a lossy run.
 // Subtest names select parts: -run 'TestInterop/pingpong/mtu1024/rc'.
 func TestInterop(t *testing.T) {
+	defer noCache()
 	e := getEnv(t)
 	t.Run("guest", e.testGuest)
 	t.Run("imm", e.testImm)
