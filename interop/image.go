@@ -236,11 +236,46 @@ func BuildImage(ctx context.Context, cfg ImageConfig) (*Image, error) {
 		return nil, err
 	}
 	img.BuildTime = time.Since(start)
+	pruneCache(cfg.CacheDir, img, debs, logf)
 	fi, _ := os.Stat(img.Initrd)
 	logf("built %s in %v (assembly %v): kernel %s, %d packages, initramfs %d MB",
 		img.Dir, img.BuildTime.Round(time.Millisecond), time.Since(t1).Round(time.Millisecond),
 		img.KernelVersion, len(debs), fi.Size()>>20)
 	return img, nil
+}
+
+// pruneCache removes, after a new image was built, the other images and
+// the package files the new image does not use: the cache keeps one image
+// (qemu reads the initramfs when it starts, so a running guest does not
+// need its files).
+func pruneCache(dir string, img *Image, debs []deb, logf func(string, ...any)) {
+	keep := map[string]bool{}
+	for _, d := range debs {
+		keep[d.file] = true
+	}
+	var removed int
+	if ents, err := os.ReadDir(filepath.Join(dir, "debs")); err == nil {
+		for _, e := range ents {
+			if !keep[e.Name()] && strings.HasSuffix(e.Name(), ".deb") {
+				if os.Remove(filepath.Join(dir, "debs", e.Name())) == nil {
+					removed++
+				}
+			}
+		}
+	}
+	if ents, err := os.ReadDir(dir); err == nil {
+		for _, e := range ents {
+			p := filepath.Join(dir, e.Name())
+			if e.IsDir() && strings.HasPrefix(e.Name(), "image-") && p != img.Dir {
+				if os.RemoveAll(p) == nil {
+					removed++
+				}
+			}
+		}
+	}
+	if removed > 0 {
+		logf("removed %d outdated files and images from %s", removed, dir)
+	}
 }
 
 // deb is one package file as apt would download it.
