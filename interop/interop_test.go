@@ -185,6 +185,7 @@ func writeImmStats(path string, res ImmResult) {
 // 4096 (9000 bytes).
 func (e *env) testPingpong(t *testing.T) {
 	if !e.hasCommand("pingpong") {
+		e.leaf(t, nil)
 		t.Fatalf("the softhca binary has no pingpong command (softhca help lists:\n%s)", e.cmds)
 	}
 	for _, mtu := range []int{1024, 4096} {
@@ -312,6 +313,7 @@ func pingpongVerify(pp pingpong) func(srv, cli string) []string {
 // (both atomics) in the guest against softhca perf on the host, each way.
 func (e *env) testPerftest(t *testing.T) {
 	if !e.hasCommand("perf") {
+		e.leaf(t, nil)
 		t.Fatalf("the softhca binary has no perf command (softhca help lists:\n%s)", e.cmds)
 	}
 	e.setMTU(t, 4096)
@@ -390,11 +392,11 @@ func (e *env) testLoss(t *testing.T) {
 	e.setMTU(t, 1024)
 	for _, role := range []string{"softhca-client", "softhca-server"} {
 		t.Run("rc-pingpong/"+role, func(t *testing.T) {
+			var note string
+			e.leaf(t, &note)
 			if !e.hasCommand("pingpong") {
 				t.Fatal("the softhca binary has no pingpong command")
 			}
-			var note string
-			e.leaf(t, &note)
 			res := e.runPingpong(t, pingpong{mode: "rc", softhcaServer: role == "softhca-server",
 				size: 65536, mtu: 1024, iters: 20, loss: 30})
 			note = res.note()
