@@ -40,7 +40,7 @@ commands:
   status                say whether a guest runs, and where
   down                  stop the guest, remove the bridge and the tap
 
-common flags (before or after the command): -slot N (default 1), -dir DIR
+common flags (after the command): -slot N (default 1), -dir DIR
 (default $TMPDIR/softhca-interop-vmN), -cache DIR (image cache)
 `
 
@@ -158,10 +158,10 @@ func up(ctx context.Context, slot int, dir, cache string, mtu, mem int, accel st
 	}
 	fmt.Printf(`guest up in %.1f s: kernel %s, rxe0 on eth0 %s (MTU %d), RoCEv2 GID index %d
 host: %s on %s (tap %s); qemu pid %d; /host in the guest is %s/share
-try:  go run ./interop/cmd/vm -slot %d exec -- ibv_devinfo -d rxe0
-      go run ./interop/cmd/vm -slot %d exec -t 60s -- ibv_rc_pingpong -d rxe0 -g %d -s 4096 -n 10
+try:  go run ./interop/cmd/vm exec -slot %d -- ibv_devinfo -d rxe0
+      go run ./interop/cmd/vm exec -slot %d -t 60s -- ibv_rc_pingpong -d rxe0 -g %d -s 4096 -n 10
       (then, on the host: softhca pingpong rc -g 1 -s 4096 -n 10 %s)
-stop: go run ./interop/cmd/vm -slot %d down
+stop: go run ./interop/cmd/vm down -slot %d
 `, v.BootTime.Seconds(), v.Kernel, n.Guest, n.MTU, gidx, n.Host.Addr(), n.Bridge, n.Tap, v.PID, dir,
 		slot, slot, gidx, n.Guest.Addr(), slot)
 	return nil
