@@ -96,35 +96,21 @@ func (s *session) runTest(ctx context.Context) error {
 		return s.sync()
 
 	case o.Verb == Write: // write_lat
-		s.printLatHeader()
-		for _, size := range o.sizes() {
-			r, err := s.latWrite(ctx, size)
-			if err != nil {
-				return err
-			}
-			s.res.LatReports = append(s.res.LatReports, r)
-			s.printLatLine(r)
-		}
-		s.printf("%s", resultLine)
-		return nil
+		return s.latSizes(func(size int) (LatReport, error) { return s.latWrite(ctx, size) })
 
 	case o.Verb == Send: // send_lat
-		s.printLatHeader()
-		for _, size := range o.sizes() {
+		err := s.latSizes(func(size int) (LatReport, error) {
 			if err := s.postRecvs(size, o.RxDepth); err != nil {
-				return err
+				return LatReport{}, err
 			}
 			if err := s.sync(); err != nil {
-				return err
+				return LatReport{}, err
 			}
-			r, err := s.latSend(ctx, size)
-			if err != nil {
-				return err
-			}
-			s.res.LatReports = append(s.res.LatReports, r)
-			s.printLatLine(r)
+			return s.latSend(ctx, size)
+		})
+		if err != nil {
+			return err
 		}
-		s.printf("%s", resultLine)
 		return s.sync()
 
 	default: // read_lat, atomic_lat
@@ -135,18 +121,27 @@ func (s *session) runTest(ctx context.Context) error {
 			s.printf("%s", resultLine)
 			return nil
 		}
-		s.printLatHeader()
-		for _, size := range o.sizes() {
-			r, err := s.latRequest(ctx, size)
-			if err != nil {
-				return err
-			}
-			s.res.LatReports = append(s.res.LatReports, r)
-			s.printLatLine(r)
+		if err := s.latSizes(func(size int) (LatReport, error) { return s.latRequest(ctx, size) }); err != nil {
+			return err
 		}
-		s.printf("%s", resultLine)
 		return s.sync()
 	}
+}
+
+// latSizes runs a latency test once per size (-a: every size), printing
+// perftest's table: the header, a line per size and the closing rule.
+func (s *session) latSizes(run func(size int) (LatReport, error)) error {
+	s.printLatHeader()
+	for _, size := range s.o.sizes() {
+		r, err := run(size)
+		if err != nil {
+			return err
+		}
+		s.res.LatReports = append(s.res.LatReports, r)
+		s.printLatLine(r)
+	}
+	s.printf("%s", resultLine)
+	return nil
 }
 
 // exchangeReports exchanges bandwidth reports field by field
