@@ -433,10 +433,6 @@ func (w *worker) handle(ev *event) {
 	case evPacket:
 		q.handlePacketLocked(w, &ev.rx.p)
 		w.e.pool.Put(ev.rx)
-		if q.eng.delivered {
-			q.eng.delivered = false
-			w.delivered = true
-		}
 	case evKick:
 		w.markDirty(q)
 	case evTimer:

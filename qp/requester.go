@@ -21,12 +21,9 @@ const ackReqInterval = 64
 // engState is a QP's transport state. It is protected by the QP's mutex
 // and touched only by the QP's worker and by state changes.
 type engState struct {
-	e     *Engine
-	dirty bool // queued in its worker's dirty list
-	// delivered: a receive completed while the worker handled a packet
-	// (the worker may yield before sending ACKs; see worker.run).
-	delivered bool
-	remote    wire.Net // RC/UC peer, set on entry to RTR
+	e      *Engine
+	dirty  bool     // queued in its worker's dirty list
+	remote wire.Net // RC/UC peer, set on entry to RTR
 
 	// Requester.
 	psn        wire.PSN // next PSN to send

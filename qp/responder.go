@@ -209,7 +209,7 @@ func (q *QP) rcSendLocked(w *worker, p *wire.Packet) bool {
 			status = verbs.WCLocLenErr // the message is longer than the buffer
 		}
 		q.stateRO.Store(uint32(verbs.QPStateErr)) // visible before the completion
-		q.completeRecvLocked(&r.recv, status, r.recvOff, p, 0)
+		q.completeRecvLocked(w, &r.recv, status, r.recvOff, p, 0)
 		r.haveRecv = false
 		q.responderErrorLocked(w, p.BTH.PSN(), wire.NAKInvalidRequest, 0)
 		return false
@@ -225,14 +225,14 @@ func (q *QP) rcSendLocked(w *worker, p *wire.Packet) bool {
 		case p.IETH != nil:
 			flags, imm = verbs.WCFlagWithInv, p.IETH.RKey()
 		}
-		q.completeRecvLocked(&r.recv, verbs.WCSuccess, r.recvOff, p, flags, imm)
+		q.completeRecvLocked(w, &r.recv, verbs.WCSuccess, r.recvOff, p, flags, imm)
 		r.haveRecv = false
 	}
 	return true
 }
 
 // completeRecvLocked posts a receive completion.
-func (q *QP) completeRecvLocked(wqe *srq.RecvWQE, status verbs.WCStatus, n uint32, p *wire.Packet, flags verbs.WCFlags, imm ...uint32) {
+func (q *QP) completeRecvLocked(w *worker, wqe *srq.RecvWQE, status verbs.WCStatus, n uint32, p *wire.Packet, flags verbs.WCFlags, imm ...uint32) {
 	wc := verbs.WC{
 		WRID:    wqe.WRID,
 		Status:  status,
@@ -251,7 +251,7 @@ func (q *QP) completeRecvLocked(wqe *srq.RecvWQE, status verbs.WCStatus, n uint3
 	if p.DETH != nil {
 		wc.SrcQP = p.DETH.SrcQP()
 	}
-	q.eng.delivered = true
+	w.delivered = true
 	q.recvCQ.Push(&wc, p.BTH.SolicitedEvent())
 }
 
@@ -301,7 +301,7 @@ func (q *QP) writeLocked(w *worker, p *wire.Packet, reliable bool) bool {
 		}
 		r.msn = (r.msn + 1) & 0xffffff
 		if withImm {
-			q.completeRecvLocked(&r.recv, verbs.WCSuccess, r.wrLen, p, verbs.WCFlagWithImm, p.ImmDt.Value())
+			q.completeRecvLocked(w, &r.recv, verbs.WCSuccess, r.wrLen, p, verbs.WCFlagWithImm, p.ImmDt.Value())
 		}
 	}
 	return true
@@ -558,7 +558,7 @@ func (q *QP) receiveUCLocked(w *worker, p *wire.Packet) {
 				status = verbs.WCLocLenErr
 			}
 			q.stateRO.Store(uint32(verbs.QPStateErr)) // visible before the completion
-			q.completeRecvLocked(&r.recv, status, r.recvOff, p, 0)
+			q.completeRecvLocked(w, &r.recv, status, r.recvOff, p, 0)
 			r.haveRecv = false
 			q.setStateLocked(verbs.QPStateErr, false)
 			return
@@ -570,7 +570,7 @@ func (q *QP) receiveUCLocked(w *worker, p *wire.Packet) {
 			if p.ImmDt != nil {
 				flags, imm = verbs.WCFlagWithImm, p.ImmDt.Value()
 			}
-			q.completeRecvLocked(&r.recv, verbs.WCSuccess, r.recvOff, p, flags, imm)
+			q.completeRecvLocked(w, &r.recv, verbs.WCSuccess, r.recvOff, p, flags, imm)
 			r.haveRecv = false
 		}
 	case wire.KindWrite:
@@ -582,7 +582,7 @@ func (q *QP) receiveUCLocked(w *worker, p *wire.Packet) {
 
 // receiveUDLocked is the UD responder: Q_Key check, one receive WQE per
 // message, the 40-byte GRH area filled as rxe fills it (IBTA 11.4.1.2).
-func (q *QP) receiveUDLocked(_ *worker, p *wire.Packet) {
+func (q *QP) receiveUDLocked(w *worker, p *wire.Packet) {
 	s := &q.eng
 	if p.DETH.QKey() != q.attr.QKey {
 		s.e.drop(DropQKey)
@@ -610,11 +610,11 @@ func (q *QP) receiveUDLocked(_ *worker, p *wire.Packet) {
 	if st := scatter(t, q.pd, wqe.SGL, 0, grh[:]); st == mr.OK {
 		st = scatter(t, q.pd, wqe.SGL, grhSize, p.Payload)
 		if st != mr.OK {
-			q.completeRecvLocked(&wqe, verbs.WCLocProtErr, 0, p, 0)
+			q.completeRecvLocked(w, &wqe, verbs.WCLocProtErr, 0, p, 0)
 			return
 		}
 	} else {
-		q.completeRecvLocked(&wqe, verbs.WCLocProtErr, 0, p, 0)
+		q.completeRecvLocked(w, &wqe, verbs.WCLocProtErr, 0, p, 0)
 		return
 	}
 	flags := verbs.WCFlagGRH
@@ -623,7 +623,7 @@ func (q *QP) receiveUDLocked(_ *worker, p *wire.Packet) {
 		flags |= verbs.WCFlagWithImm
 		imm = p.ImmDt.Value()
 	}
-	q.completeRecvLocked(&wqe, verbs.WCSuccess, uint32(need), p, flags, imm)
+	q.completeRecvLocked(w, &wqe, verbs.WCSuccess, uint32(need), p, flags, imm)
 }
 
 // grhSize is the GRH area at the start of every UD receive buffer.
