@@ -256,7 +256,7 @@ func (s *session) openDevice() error {
 		name = "softhca0"
 	}
 	var pattr verbs.PortAttr
-	pattr.ActiveMTU = interfaceMTU(local.Src)
+	pattr.ActiveMTU = hca.ActiveMTUFor(local.Src)
 	s.dev, err = hca.Open(hca.Config{Name: name, Link: lk, PeerPort: s.peerPort, PortAttr: pattr})
 	if err != nil {
 		lk.Close()
@@ -278,37 +278,6 @@ func (s *session) openDevice() error {
 		return fmt.Errorf("-x %d: GID %d is %v; softhca's RoCEv2 GID for %s is index %d", s.o.GIDIndex, s.o.GIDIndex, g, local.Src, s.gidIndex)
 	}
 	return nil
-}
-
-// interfaceMTU returns the IB MTU rxe would choose for the network
-// interface holding addr: the largest of 256..4096 that fits the
-// interface MTU less 80 bytes of Ethernet, IP, UDP and IB headers
-// (1500 gives 1024, loopback 4096). Without an interface, 1024.
-func interfaceMTU(addr netip.Addr) verbs.MTU {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return verbs.MTU1024
-	}
-	for _, ifc := range ifs {
-		as, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range as {
-			pfx, err := netip.ParsePrefix(a.String())
-			// All of 127/8 is the loopback interface's, which lists
-			// only 127.0.0.1/8.
-			if err != nil || pfx.Addr().Unmap() != addr && !(addr.IsLoopback() && ifc.Flags&net.FlagLoopback != 0) {
-				continue
-			}
-			m := verbs.MTU4096
-			for m > verbs.MTU256 && m.Bytes() > ifc.MTU-80 {
-				m--
-			}
-			return m
-		}
-	}
-	return verbs.MTU1024
 }
 
 // exchangeMTU agrees on the path MTU (check_mtu): each side's MTU is -m

@@ -76,16 +76,3 @@ func TestAddressLine(t *testing.T) {
 	require.Equal(t, "  local address:  LID 0x0000, QPN 0x000011, PSN 0x000abc: GID ::ffff:10.77.0.2\n", AddressLine("local", d, true))
 	require.Equal(t, "  remote address: LID 0x0000, QPN 0x000011, PSN 0x000abc, GID ::ffff:10.77.0.2\n", AddressLine("remote", d, false))
 }
-
-func TestPortMTUFromInterface(t *testing.T) {
-	for ifMTU, want := range map[int]verbs.MTU{
-		1500: verbs.MTU1024, 9000: verbs.MTU4096, 65536: verbs.MTU4096,
-		1104: verbs.MTU1024, 1103: verbs.MTU512, 4176: verbs.MTU4096, 4175: verbs.MTU2048,
-		576: verbs.MTU256, 68: verbs.MTU256,
-	} {
-		require.Equal(t, want, PortMTUFromInterface(ifMTU), "interface MTU %d", ifMTU)
-	}
-	require.Equal(t, verbs.MTU4096, portMTUFor(netip.MustParseAddr("127.0.0.1")), "loopback")
-	require.Equal(t, verbs.MTU4096, portMTUFor(netip.MustParseAddr("127.0.0.2")), "loopback network")
-	require.Equal(t, verbs.MTU1024, portMTUFor(netip.MustParseAddr("192.0.2.77")), "no interface: rxe's usual 1024")
-}

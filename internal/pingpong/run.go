@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/softhca/softhca/cq"
 	"github.com/softhca/softhca/hca"
@@ -275,7 +276,7 @@ func (s *session) setup(addr netip.AddrPort) error {
 	}
 	mtu := c.PortMTU
 	if mtu == 0 {
-		mtu = portMTUFor(addr.Addr())
+		mtu = hca.ActiveMTUFor(addr.Addr())
 	}
 	dc := hca.Config{
 		Name:     DeviceName,
@@ -869,3 +870,6 @@ func (s *session) release() {
 	}
 	s.dev.Close()
 }
+
+// uintptrOf is the address of b's first byte.
+func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

@@ -1,0 +1,68 @@
+package hca
+
+import (
+	"net"
+	"net/netip"
+
+	"github.com/softhca/softhca/verbs"
+)
+
+// rxeHeaderBytes is what rxe subtracts from its netdev's MTU before
+// rounding down to an InfiniBand MTU (RXE_MAX_HDR_LENGTH in rxe_set_mtu):
+// Ethernet, IP, UDP and InfiniBand headers.
+const rxeHeaderBytes = 80
+
+// NetdevActiveMTU is the active MTU rxe gives a port on a network
+// interface whose MTU is ifMTU: ifMTU less 80 bytes of headers, rounded
+// down to an InfiniBand MTU, between 256 and 4096 (1500 gives 1024, a
+// 9000-byte or loopback interface 4096).
+func NetdevActiveMTU(ifMTU int) verbs.MTU {
+	m := verbs.MTUFromBytes(ifMTU - rxeHeaderBytes)
+	if m == 0 {
+		return verbs.MTU256
+	}
+	return min(m, verbs.MTU4096)
+}
+
+// ActiveMTUFor is the active MTU rxe would give a port on the interface
+// that holds addr (NetdevActiveMTU of its MTU): the interface with addr
+// itself, else one whose network contains it (loopback lists 127.0.0.1/8
+// and holds 127.0.0.2 too). Without such an interface it is rxe's usual
+// 1024. Set Config.PortAttr.ActiveMTU to it to open a device whose port
+// MTU follows the network as rxe's does.
+func ActiveMTUFor(addr netip.Addr) verbs.MTU {
+	addr = addr.Unmap()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return verbs.MTU1024
+	}
+	containing := -1
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(ipn.IP)
+			if !ok {
+				continue
+			}
+			ip = ip.Unmap()
+			ones, _ := ipn.Mask.Size()
+			switch {
+			case ip == addr:
+				return NetdevActiveMTU(ifc.MTU)
+			case containing < 0 && netip.PrefixFrom(ip, ones).Contains(addr):
+				containing = ifc.MTU
+			}
+		}
+	}
+	if containing < 0 {
+		return verbs.MTU1024
+	}
+	return NetdevActiveMTU(containing)
+}
