@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"syscall"
 	"time"
@@ -235,6 +236,31 @@ func init() {
 				nqExpectEvent(t, ch, c)
 				if !nqReadable(t, ch.FD(), 0) {
 					t.Fatalf("fd not readable with a second event pending")
+				}
+				nqExpectEvent(t, ch, c)
+				if nqReadable(t, ch.FD(), 0) {
+					t.Fatalf("fd still readable after get_cq_event took the last event")
+				}
+				c.AckEvents(2)
+			},
+		},
+		Case{
+			Name:  "comp_channel/fd-counts-events-queued-before-it-was-first-polled",
+			Cite:  `ibv_get_cq_event(3) (seed 002): the arrival of a completion event can be awaited with select() or epoll() on channel->fd; once it is ready, ibv_get_cq_event() takes at least one event (whenever the program starts looking at the fd)`,
+			Label: Spec,
+			Run: func(t *T, d Device) {
+				f, ch, c := nqChannelCQ(t, d, nil)
+				g := nqNewGen(t, f, c)
+				for i := range 2 {
+					ExpectOK(t, c.ReqNotify(false), "req_notify_cq")
+					g.Complete(1)
+					// The completion polled means its event was queued.
+					Expect(t, len(PollN(t, c, 1)), 1, fmt.Sprintf("completion %d polled", i+1))
+				}
+				// Take one event before the fd is ever looked at.
+				nqExpectEvent(t, ch, c)
+				if !nqReadable(t, ch.FD(), 0) {
+					t.Fatalf("fd not readable with an event pending that was queued before the fd was first polled")
 				}
 				nqExpectEvent(t, ch, c)
 				if nqReadable(t, ch.FD(), 0) {
