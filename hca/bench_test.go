@@ -3,11 +3,15 @@ package hca_test
 import (
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/softhca/softhca/hca"
+	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/link/udp"
 	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
 )
 
 // udpPairSized opens two devices over real UDP loopback sockets on free
@@ -20,6 +24,11 @@ func udpPairSized(tb testing.TB, memSize int) (*side, *side) {
 func udpPair(tb testing.TB, gso bool) (*side, *side) { return udpPairWith(tb, gso, 4<<20) }
 
 func udpPairWith(tb testing.TB, gso bool, memSize int) (*side, *side) {
+	return udpPairConfig(tb, gso, memSize, hca.Config{})
+}
+
+// udpPairConfig is udpPairWith with the devices' other settings in cfg.
+func udpPairConfig(tb testing.TB, gso bool, memSize int, cfg hca.Config) (*side, *side) {
 	tb.Helper()
 	open := func() *udp.Link {
 		l, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), GSO: gso, GRO: gso})
@@ -32,7 +41,10 @@ func udpPairWith(tb testing.TB, gso bool, memSize int) (*side, *side) {
 	na, _ := la.LocalAddr()
 	nb, _ := lb.LocalAddr()
 	// Both devices share 127.0.0.1: each sends to the other's port.
-	return openSideWith(tb, la, memSize, nb.SrcPort), openSideWith(tb, lb, memSize, na.SrcPort)
+	ca, cb := cfg, cfg
+	ca.Link, ca.PeerPort = la, nb.SrcPort
+	cb.Link, cb.PeerPort = lb, na.SrcPort
+	return openSideConfig(tb, ca, memSize), openSideConfig(tb, cb, memSize)
 }
 
 // BenchmarkRCWrite64K: RC RDMA WRITE of 64 KiB messages at MTU 4096 over
@@ -119,9 +131,31 @@ func BenchmarkRCSend64(b *testing.B) {
 // sides waiting on their completion channels (ibv_rc_pingpong -e); reports
 // the round-trip time. The links have GSO and GRO on, as a device opened
 // for real use does: an answer and the ACK of the question it answers
-// then cross the kernel as one super-packet.
+// then cross the kernel as one super-packet. Its raw baseline is
+// BenchmarkUDPPingPong64.
 func BenchmarkRCPingPong64(b *testing.B) {
 	x, y := udpPair(b, true)
+	rcPingPong(b, x, y, (*side).pollWait)
+}
+
+// BenchmarkRCPingPong64BusyPoll is BenchmarkRCPingPong64 with both sides
+// polling their CQs (ibv_rc_pingpong without -e) on devices opened with
+// Config.BusyPoll, so that each poll drives the transport. Its raw
+// baseline is BenchmarkUDPPingPong64BusyPoll.
+func BenchmarkRCPingPong64BusyPoll(b *testing.B) {
+	x, y := udpPairConfig(b, true, 4<<20, hca.Config{BusyPoll: true})
+	rcPingPong(b, x, y, func(s *side, wcs []verbs.WC) int {
+		for {
+			if n := s.cq.Poll(wcs); n > 0 {
+				return n
+			}
+		}
+	})
+}
+
+// rcPingPong bounces a 64-byte RC SEND between x and y b.N times; poll
+// returns at least one completion of a side's CQ.
+func rcPingPong(b *testing.B, x, y *side, poll func(*side, []verbs.WC) int) {
 	connect(b, x, y, verbs.QPTypeRC, verbs.MTU1024)
 	for _, s := range []*side{x, y} {
 		for range 64 {
@@ -141,7 +175,7 @@ func BenchmarkRCPingPong64(b *testing.B) {
 	// wait takes completions until a receive arrived, reposting it.
 	wait := func(s *side, wcs []verbs.WC) {
 		for {
-			n := s.pollWait(wcs)
+			n := poll(s, wcs)
 			got := false
 			for _, wc := range wcs[:n] {
 				if wc.Status != verbs.WCSuccess {
@@ -217,6 +251,151 @@ func BenchmarkUDPPingPong64(b *testing.B) {
 		if _, _, err := ca.ReadFromUDPAddrPort(buf); err != nil {
 			b.Fatal(err)
 		}
+	}
+	el := time.Since(start)
+	<-done
+	b.ReportMetric(float64(el.Microseconds())/float64(b.N), "us/roundtrip")
+}
+
+// BenchmarkUDPPingPong64BusyPoll is the raw baseline for
+// BenchmarkRCPingPong64BusyPoll: BenchmarkUDPPingPong64 with each side
+// spinning on non-blocking receives (MSG_DONTWAIT) instead of waiting in
+// Go's poller.
+func BenchmarkUDPPingPong64BusyPoll(b *testing.B) {
+	ca, cb, aAddr, bAddr := rawSocketPair(b)
+	// spin receives one datagram on c, retrying while none is queued.
+	spin := func(c *net.UDPConn, buf []byte) {
+		rc, err := c.SyscallConn()
+		if err != nil {
+			panic(err)
+		}
+		for {
+			var n int
+			var rerr error
+			if err := rc.Control(func(fd uintptr) {
+				n, _, rerr = syscall.Recvfrom(int(fd), buf, syscall.MSG_DONTWAIT)
+			}); err != nil {
+				panic(err)
+			}
+			if rerr == nil && n > 0 {
+				return
+			}
+			if rerr != nil && rerr != syscall.EAGAIN {
+				panic(rerr)
+			}
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		buf := make([]byte, 2048)
+		for range b.N {
+			spin(cb, buf)
+			if _, err := cb.WriteToUDPAddrPort(buf[:64+28], aAddr); err != nil {
+				panic(err)
+			}
+		}
+		close(done)
+	}()
+	msg := make([]byte, 64+28)
+	buf := make([]byte, 2048)
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		if _, err := ca.WriteToUDPAddrPort(msg, bAddr); err != nil {
+			b.Fatal(err)
+		}
+		spin(ca, buf)
+	}
+	el := time.Since(start)
+	<-done
+	b.ReportMetric(float64(el.Microseconds())/float64(b.N), "us/roundtrip")
+}
+
+// BenchmarkLinkPingPongAck64 is the floor of BenchmarkRCPingPong64 on
+// this kernel: the same datagrams with no protocol work. Two link/udp
+// links (GSO and GRO on) bounce a 64-byte message, and each answer
+// travels with a 16-byte acknowledgement of the message it answers, as
+// RC's answer and ACK do: one GSO send of two segments per direction,
+// received as one GRO datagram. With busy, each side spins on TryRecv
+// (the floor of BenchmarkRCPingPong64BusyPoll).
+func BenchmarkLinkPingPongAck64(b *testing.B) {
+	for _, busy := range []bool{false, true} {
+		name := "wait"
+		if busy {
+			name = "busypoll"
+		}
+		b.Run(name, func(b *testing.B) { linkPingPongAck(b, busy) })
+	}
+}
+
+func linkPingPongAck(b *testing.B, busy bool) {
+	open := func() *udp.Link {
+		l, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), GSO: true, GRO: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { l.Close() })
+		return l
+	}
+	la, lb := open(), open()
+	na, _ := la.LocalAddr()
+	nb, _ := lb.LocalAddr()
+	// pkts is a side's answer and acknowledgement, sent together.
+	pkts := func(to wire.Net) []link.Packet {
+		to.Dst, to.DstPort = to.Src, to.SrcPort
+		to.Src, to.SrcPort = netip.Addr{}, 0
+		return []link.Packet{{Buf: make([]byte, 64+28), Net: to}, {Buf: make([]byte, 16+28), Net: to}}
+	}
+	toB, toA := pkts(nb), pkts(na)
+	// recvMsg receives until the 64-byte message arrived.
+	recvMsg := func(l *udp.Link, in []link.Packet) {
+		for {
+			for i := range in {
+				in[i].Buf = in[i].Buf[:cap(in[i].Buf)]
+			}
+			var n int
+			var err error
+			if busy {
+				n, err = l.TryRecv(in)
+			} else {
+				n, err = l.Recv(in)
+			}
+			if err != nil {
+				panic(err)
+			}
+			for _, p := range in[:n] {
+				if len(p.Buf) == 64+28 {
+					return
+				}
+			}
+		}
+	}
+	newIn := func() []link.Packet {
+		in := make([]link.Packet, 4)
+		for i := range in {
+			in[i].Buf = make([]byte, link.MaxPacketSize)
+		}
+		return in
+	}
+	done := make(chan struct{})
+	go func() {
+		in := newIn()
+		for range b.N {
+			recvMsg(lb, in)
+			if err := lb.Send(toA); err != nil {
+				panic(err)
+			}
+		}
+		close(done)
+	}()
+	in := newIn()
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		if err := la.Send(toB); err != nil {
+			b.Fatal(err)
+		}
+		recvMsg(la, in)
 	}
 	el := time.Since(start)
 	<-done

@@ -60,6 +60,16 @@ type Config struct {
 	// not emit any packets for this message. Further, the CI shall not
 	// generate an error") and rxe does.
 	UDOversizeError bool
+	// BusyPoll lets an application that polls its CQs drive the
+	// transport: a Poll that finds a CQ empty first reads and handles
+	// what the link has queued, in the caller's goroutine
+	// (qp.Engine.Progress), and looks again; a PostSend to an idle send
+	// queue sends the request before it returns. It trades CPU for
+	// latency, as the kernel's busy polling does: a request and its
+	// answer then cross no goroutine switch. Applications that wait on
+	// completion channels gain nothing from it. Polling needs a link that
+	// can be polled (link.Poller, as link/udp is).
+	BusyPoll bool
 	// Trace is called for every packet the transport sends and receives.
 	Trace func(dir qp.Direction, p *link.Packet)
 }

@@ -90,6 +90,7 @@ func Open(cfg Config) (*Device, error) {
 			Lookup:          d.lookupQP,
 			RxeRetryCompat:  cfg.RxeRetryCompat,
 			UDOversizeError: cfg.UDOversizeError,
+			BusyPoll:        cfg.BusyPoll,
 			Trace:           cfg.Trace,
 		})
 	}
@@ -263,6 +264,18 @@ func (d *Device) CreateCQ(cqe int, ch *cq.Channel, ctx any, compVector int) (*CQ
 	w := &CQ{CQ: c, dev: d}
 	c.SetOverrunHandler(func(*cq.CQ) { d.ev.raise(AsyncEvent{Type: verbs.EventCQErr, CQ: w}) })
 	return w, nil
+}
+
+// Poll takes up to len(wcs) completions, oldest first, and returns how
+// many (ibv_poll_cq). On a device opened with Config.BusyPoll, a poll that
+// finds the CQ empty first drives the transport in the caller's
+// goroutine, then looks again.
+func (c *CQ) Poll(wcs []verbs.WC) int {
+	n := c.CQ.Poll(wcs)
+	if n == 0 && c.dev.eng != nil && c.dev.eng.Progress() {
+		n = c.CQ.Poll(wcs)
+	}
+	return n
 }
 
 // Destroy destroys the CQ (ibv_destroy_cq): EBUSY while a QP or SRQ uses

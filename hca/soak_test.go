@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/link/pipe"
 	"github.com/softhca/softhca/verbs"
@@ -58,6 +59,20 @@ func TestSoakRCOverUDP(t *testing.T) {
 			before := runtime.NumGoroutine()
 			a, b := udpPairSized(t, 3*soakDepth*soakSlot+4096)
 			soakRun(t, a, b, nil, mtu, soakCount(), 2)
+			waitGoroutines(t, before)
+		})
+	}
+}
+
+// TestSoakRCOverUDPBusyPoll is TestSoakRCOverUDP with devices opened
+// with Config.BusyPoll: the test's polling loops drive both transports,
+// alongside their receive goroutines.
+func TestSoakRCOverUDPBusyPoll(t *testing.T) {
+	for _, mtu := range []verbs.MTU{verbs.MTU1024, verbs.MTU4096} {
+		t.Run("mtu"+mtu.String(), func(t *testing.T) {
+			before := runtime.NumGoroutine()
+			a, b := udpPairConfig(t, true, 3*soakDepth*soakSlot+4096, hca.Config{BusyPoll: true})
+			soakRun(t, a, b, nil, mtu, soakCount(), 3)
 			waitGoroutines(t, before)
 		})
 	}

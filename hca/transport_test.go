@@ -95,7 +95,13 @@ func openSide(t testing.TB, l link.Link, memSize int) *side {
 
 func openSideWith(t testing.TB, l link.Link, memSize int, peerPort uint16) *side {
 	t.Helper()
-	d, err := hca.Open(hca.Config{Link: l, PeerPort: peerPort})
+	return openSideConfig(t, hca.Config{Link: l, PeerPort: peerPort}, memSize)
+}
+
+// openSideConfig opens a device with cfg and creates a side's objects.
+func openSideConfig(t testing.TB, cfg hca.Config, memSize int) *side {
+	t.Helper()
+	d, err := hca.Open(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
 	return sideOf(t, d, memSize)
@@ -338,20 +344,85 @@ func TestUCSendWrite(t *testing.T) {
 // rather than in a retry error. Losing it was a race (2 runs in 20 before
 // the fix), so the test repeats.
 func TestCloseSendsOwedACK(t *testing.T) {
-	for i := range 30 {
-		a, b := udpPair(t, true) // a link whose Close discards what was not sent
-		connect(t, a, b, verbs.QPTypeRC, verbs.MTU1024)
-		_, err := b.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.mr.SGE(0, 64)}})
-		require.NoError(t, err)
-		_, err = a.qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 64)}})
-		require.NoError(t, err)
-		wcs := make([]verbs.WC, 1)
-		require.Equal(t, 1, b.pollWait(wcs))
-		require.Equal(t, verbs.WCSuccess, wcs[0].Status)
-		require.NoError(t, b.qp.Destroy(context.Background()))
-		require.NoError(t, b.dev.Close())
-		require.Equal(t, 1, a.pollWait(wcs))
-		require.Equal(t, verbs.WCSuccess, wcs[0].Status, "run %d: the sender's SEND", i)
-		require.Equal(t, uint64(2), wcs[0].WRID)
+	for _, busy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "wait", true: "busypoll"}[busy], func(t *testing.T) {
+			for i := range 30 {
+				// a link whose Close discards what was not sent
+				a, b := udpPairConfig(t, true, 4<<20, hca.Config{BusyPoll: busy})
+				connect(t, a, b, verbs.QPTypeRC, verbs.MTU1024)
+				_, err := b.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.mr.SGE(0, 64)}})
+				require.NoError(t, err)
+				_, err = a.qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 64)}})
+				require.NoError(t, err)
+				wcs := make([]verbs.WC, 1)
+				require.Equal(t, 1, b.pollWait(wcs))
+				require.Equal(t, verbs.WCSuccess, wcs[0].Status)
+				require.NoError(t, b.qp.Destroy(context.Background()))
+				require.NoError(t, b.dev.Close())
+				require.Equal(t, 1, a.pollWait(wcs))
+				require.Equal(t, verbs.WCSuccess, wcs[0].Status, "run %d: the sender's SEND", i)
+				require.Equal(t, uint64(2), wcs[0].WRID)
+			}
+		})
 	}
+}
+
+// TestBusyPollOwedACK: a busy-polling receiver leaves the ACK of a
+// message it delivered for its next post or poll; when it does neither,
+// the worker's goroutine sends it, so the sender completes without a
+// retransmission. The receiver's poll also drives the answer path: an
+// answer posted at once completes on the sender with the message's ACK.
+func TestBusyPollOwedACK(t *testing.T) {
+	a, b := udpPairConfig(t, true, 4<<20, hca.Config{BusyPoll: true})
+	connect(t, a, b, verbs.QPTypeRC, verbs.MTU1024)
+	spin := func(s *side, wcs []verbs.WC) int {
+		for {
+			if n := s.cq.Poll(wcs); n > 0 {
+				return n
+			}
+		}
+	}
+	wcs := make([]verbs.WC, 4)
+	for i := range uint64(20) {
+		_, err := b.qp.PostRecv(&verbs.RecvWR{WRID: 100 + i, SGList: []verbs.SGE{b.mr.SGE(0, 64)}})
+		require.NoError(t, err)
+		_, err = a.qp.PostSend(&verbs.SendWR{WRID: i, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 64)}})
+		require.NoError(t, err)
+		require.Equal(t, 1, spin(b, wcs))
+		require.Equal(t, verbs.WCSuccess, wcs[0].Status)
+		require.Equal(t, 100+i, wcs[0].WRID)
+		// b stops polling: its ACK must still reach a.
+		require.Equal(t, 1, a.pollWait(wcs))
+		require.Equal(t, verbs.WCSuccess, wcs[0].Status)
+		require.Equal(t, i, wcs[0].WRID)
+	}
+	// Request and answer, both sides spinning.
+	for _, s := range []*side{a, b} {
+		_, err := s.qp.PostRecv(&verbs.RecvWR{WRID: 7, SGList: []verbs.SGE{s.mr.SGE(0, 64)}})
+		require.NoError(t, err)
+	}
+	copy(a.buf[1024:], "question")
+	copy(b.buf[1024:], "answer")
+	_, err := a.qp.PostSend(&verbs.SendWR{WRID: 8, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(1024, 8)}})
+	require.NoError(t, err)
+	require.Equal(t, 1, spin(b, wcs))
+	require.Equal(t, verbs.WCRecv, wcs[0].Opcode)
+	require.Equal(t, "question", string(b.buf[:8]))
+	_, err = b.qp.PostSend(&verbs.SendWR{WRID: 9, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{b.mr.SGE(1024, 6)}})
+	require.NoError(t, err)
+	got := map[uint64]verbs.WCOpcode{}
+	for len(got) < 2 {
+		n := spin(a, wcs)
+		for _, wc := range wcs[:n] {
+			require.Equal(t, verbs.WCSuccess, wc.Status)
+			got[wc.WRID] = wc.Opcode
+		}
+	}
+	require.Equal(t, map[uint64]verbs.WCOpcode{8: verbs.WCSend, 7: verbs.WCRecv}, got)
+	require.Equal(t, "answer", string(a.buf[:6]))
+	require.Equal(t, 1, spin(b, wcs)) // the answer's own completion
+	require.Equal(t, uint64(9), wcs[0].WRID)
+	sa, sb := a.dev.TransportStats(), b.dev.TransportStats()
+	require.Zero(t, sa.Retransmits+sb.Retransmits, "no ACK was late enough to retransmit")
+	require.Zero(t, sa.RetryTimeouts+sb.RetryTimeouts)
 }

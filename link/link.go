@@ -56,6 +56,27 @@ type Link interface {
 	Close() error
 }
 
+// Poller is a Link that can also be read without waiting, so that a
+// device's transport can be driven by an application that polls its
+// completion queues (busy polling) as well as by its receive goroutine.
+// TryRecv and WaitReadable take the place of Recv: a reader that uses
+// them does not call Recv.
+type Poller interface {
+	Link
+	// TryRecv is Recv without the wait: it returns 0 at once when no
+	// packet is queued (or another goroutine is reading). It returns
+	// fewer than len(pkts) packets only when it found nothing more
+	// queued.
+	TryRecv(pkts []Packet) (int, error)
+	// WaitReadable calls ready whenever packets may be queued: at once,
+	// then each time more arrive. It returns when ready returns true, or
+	// when the link is closed (net.ErrClosed). A packet that arrives
+	// after ready last read the link always calls it again; a ready that
+	// leaves packets queued (a full batch) must read again before it
+	// returns false.
+	WaitReadable(ready func() bool) error
+}
+
 // Stats are a link's counters. Every dropped packet is counted under a
 // named reason.
 type Stats struct {

@@ -24,10 +24,29 @@ import (
 // Threading: one receive goroutine reads batches from the link, parses
 // them (ICRC included) and hands each packet to the worker that owns the
 // destination QP. Workers are a fixed pool; a QP is owned by worker
-// QPN % N, so all protocol work of a QP happens in order on one goroutine
-// however many QPs there are. Verbs calls and timers only queue events for
-// the owning worker. A worker handles an event under the QP's mutex, and
-// sends what the batch produced after releasing it.
+// QPN % N, and a worker's events are handled by one goroutine at a time,
+// in the order they were queued, however many QPs there are. A worker
+// handles an event under the QP's mutex, and sends what the batch
+// produced after releasing it.
+//
+// Which goroutine runs a worker's turn (worker.running, under worker.mu,
+// is the one place that says who owns the worker; events that arrive
+// while a turn runs are handled by that turn before it ends):
+//   - With busy polling (EngineConfig.BusyPoll), the application's
+//     goroutine drives the transport. A poller (Progress) reads the link
+//     and runs the turns of what it read, and PostSend on a send queue
+//     that held nothing else runs the turn in the caller's goroutine, as
+//     rxe runs its requester in the caller of post_send: a request is
+//     answered from the goroutine that polled for it, and reaches the
+//     wire without a goroutine switch.
+//   - Everything else wakes the worker's goroutine: the receive
+//     goroutine's packets (on two cores, receiving while a worker
+//     transmits is what carries a stream), timers and state changes
+//     (whose callers may hold locks).
+//
+// A turn not run by the worker's goroutine builds at most txBatchBytes
+// of requester packets and hands the rest to it, so neither a poster nor
+// a poller is held by a long transfer.
 
 // EngineConfig describes the transport of a device.
 type EngineConfig struct {
@@ -53,6 +72,9 @@ type EngineConfig struct {
 	// successfully without sending anything, as IBTA C10-93.1.1 requires
 	// and rxe does.
 	UDOversizeError bool
+	// BusyPoll: the application's polls drive the transport (Progress),
+	// and a lone request is sent from the goroutine that posts it.
+	BusyPoll bool
 	// Trace, if set, is called for every packet sent and received (for the
 	// demo's packet ladder and pcap writing). It runs on engine goroutines.
 	Trace func(dir Direction, p *link.Packet)
@@ -144,6 +166,16 @@ type Engine struct {
 	workers []*worker
 	c       counters
 	pool    sync.Pool // *rxBuf
+	// poller is the link when it can be read without waiting (busy
+	// polling, Progress); nil otherwise.
+	poller link.Poller
+	// rxMu serialises reading the link and handing the packets to the
+	// workers (the receive goroutine, busy pollers), so that each QP's
+	// packets reach its worker in arrival order. It guards rx.
+	rxMu    sync.Mutex
+	rx      rxBatch
+	rxErr   error       // the link error that ended a WaitReadable
+	readyFn func() bool // e.ready, made once
 	done    chan struct{}
 	wg      sync.WaitGroup
 	closed  atomic.Bool
@@ -171,23 +203,57 @@ type event struct {
 	done chan struct{} // evSync
 }
 
+// How a worker's turn is run: by its own goroutine, or inline by the
+// goroutine that queued the events (see the package threading note).
+type turnMode uint8
+
+const (
+	turnWake   turnMode = iota // wake the worker's goroutine
+	turnInline                 // run the turn here if nobody is running one
+	// turnPoll is turnInline for packets a busy poller read: the ACKs
+	// of receives the turn delivered are left for the application's next
+	// post or poll (see Progress).
+	turnPoll
+)
+
 // worker owns a share of the QPs and runs their protocol work: it alone
 // handles their events and uses its transmit batch, so each QP's packets
 // leave in the order they were built.
 type worker struct {
-	e       *Engine
-	mu      sync.Mutex
-	queue   []event // protected by mu
-	spare   []event
-	notify  chan struct{}
-	tx      []link.Packet
-	txBytes int // bytes queued in tx
-	txBufs  [][]byte
-	dirty   []*QP // QPs with a pending ACK or requester work after the batch
+	e      *Engine
+	mu     sync.Mutex
+	queue  []event // protected by mu
+	notify chan struct{}
+	// running: a goroutine is running this worker's turn; it handles
+	// everything queued before it ends. Protected by mu.
+	running bool
+
+	// The rest belongs to the goroutine running the turn.
+	spare      []event
+	tx         []link.Packet
+	txBytes    int // bytes queued in tx
+	txBufs     [][]byte
+	dirty      []*QP // QPs with a pending ACK or requester work after the batch
+	dirtySpare []*QP
 	// delivered: this batch completed a receive, so an application may
-	// be about to answer it (see run).
+	// be about to answer it (see turn).
 	delivered bool
 	syncs     []chan struct{} // evSync events to close after the next flush
+	// inline: the turn is run by the goroutine that queued its events;
+	// inlineBytes counts the requester bytes it built.
+	inline      bool
+	inlineBytes int
+}
+
+// rxBatch is the receive side's reused state: the packets of one read
+// and their per-worker events.
+type rxBatch struct {
+	pkts      []link.Packet
+	bufs      []*rxBuf
+	perWorker [][]event
+	// used: pkts[:used] were resliced or handed on by the last read;
+	// the others still hold their whole buffers.
+	used int
 }
 
 // A transmit batch is flushed when it holds txBatch packets or
@@ -216,6 +282,8 @@ func NewEngine(cfg EngineConfig) *Engine {
 		cfg.ActiveMTU = verbs.MTU1024
 	}
 	e := &Engine{cfg: cfg, done: make(chan struct{})}
+	e.poller, _ = cfg.Link.(link.Poller)
+	e.readyFn = e.ready
 	e.pool.New = func() any { return new(rxBuf) }
 	for range cfg.Workers {
 		w := &worker{e: e, notify: make(chan struct{}, 1)}
@@ -226,6 +294,11 @@ func NewEngine(cfg EngineConfig) *Engine {
 		e.workers = append(e.workers, w)
 		e.wg.Add(1)
 		go w.run()
+	}
+	const batch = 32
+	e.rx = rxBatch{pkts: make([]link.Packet, batch), bufs: make([]*rxBuf, batch), perWorker: make([][]event, len(e.workers)), used: batch}
+	for i := range e.rx.perWorker {
+		e.rx.perWorker[i] = make([]event, 0, batch)
 	}
 	e.wg.Add(1)
 	go e.receive()
@@ -242,7 +315,7 @@ func (e *Engine) Close() error {
 	}
 	for _, w := range e.workers {
 		done := make(chan struct{})
-		w.enqueue([]event{{kind: evSync, done: done}})
+		w.submit([]event{{kind: evSync, done: done}}, turnWake)
 		<-done
 	}
 	err := e.cfg.Link.Close()
@@ -272,14 +345,9 @@ func (e *Engine) drop(d DropCounter) { e.c.drops[d].Add(1) }
 
 func (e *Engine) workerOf(q *QP) *worker { return e.workers[int(q.num)%len(e.workers)] }
 
-// post queues an event for the QP's worker.
-func (e *Engine) post(ev event) {
-	w := e.workerOf(ev.q)
-	w.mu.Lock()
-	w.queue = append(w.queue, ev)
-	w.mu.Unlock()
-	w.wake()
-}
+// post queues an event for the QP's worker and wakes the worker's
+// goroutine.
+func (e *Engine) post(ev event) { e.workerOf(ev.q).submit([]event{ev}, turnWake) }
 
 func (w *worker) wake() {
 	select {
@@ -288,61 +356,174 @@ func (w *worker) wake() {
 	}
 }
 
-// enqueue queues events for w and wakes it.
-func (w *worker) enqueue(evs []event) {
+// submit queues events for w. If a turn is running, it will handle
+// them. Otherwise mode says who runs the turn: w's goroutine, woken, or
+// (turnInline) the caller, before submit returns.
+func (w *worker) submit(evs []event, mode turnMode) {
 	w.mu.Lock()
 	w.queue = append(w.queue, evs...)
+	if w.running {
+		w.mu.Unlock()
+		return
+	}
+	if mode == turnWake {
+		w.mu.Unlock()
+		w.wake()
+		return
+	}
+	w.running = true
 	w.mu.Unlock()
-	w.wake()
+	w.turn(mode)
 }
 
-// kick tells the QP's worker that the requester may have work.
+// runOwed runs a turn here if nobody is running one and the last turn
+// left work (a busy poller's deferred ACKs).
+func (w *worker) runOwed() bool {
+	w.mu.Lock()
+	if w.running || len(w.queue) == 0 && len(w.dirty) == 0 {
+		w.mu.Unlock()
+		return false
+	}
+	w.running = true
+	w.mu.Unlock()
+	w.turn(turnInline)
+	return true
+}
+
+// kick tells the QP's worker that the requester may have work; the
+// worker's goroutine runs it. Used where the caller may hold locks.
 func (e *Engine) kick(q *QP) { e.post(event{kind: evKick, q: q}) }
+
+// ring is the doorbell of PostSend for a request the send queue held
+// alone: with busy polling, the requester runs in the caller's goroutine
+// unless the worker is busy (see the threading note). The caller holds
+// no lock.
+func (e *Engine) ring(q *QP) {
+	mode := turnWake
+	if e.cfg.BusyPoll {
+		mode = turnInline
+	}
+	var ev [1]event
+	ev[0] = event{kind: evKick, q: q}
+	e.workerOf(q).submit(ev[:], mode)
+}
 
 // receive reads packets from the link and dispatches them.
 func (e *Engine) receive() {
 	defer e.wg.Done()
-	const batch = 32
-	pkts := make([]link.Packet, batch)
-	bufs := make([]*rxBuf, batch)
-	perWorker := make([][]event, len(e.workers))
-	for i := range perWorker {
-		perWorker[i] = make([]event, 0, batch)
-	}
 	for {
-		for i := range pkts {
-			if bufs[i] == nil {
-				bufs[i] = e.pool.Get().(*rxBuf)
+		var err error
+		if e.poller != nil {
+			if err = e.poller.WaitReadable(e.readyFn); err == nil {
+				err, e.rxErr = e.rxErr, nil
 			}
-			pkts[i].Buf = bufs[i].b[:]
+		} else {
+			// A link that cannot be polled is read only here, so the
+			// lock is never contended while Recv waits.
+			e.rxMu.Lock()
+			_, err = e.readLocked(false, turnWake)
+			e.rxMu.Unlock()
 		}
-		n, err := e.cfg.Link.Recv(pkts)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || e.closed.Load() {
-				return
-			}
-			continue
-		}
-		for i := range n {
-			if q := e.dispatch(&pkts[i], bufs[i]); q != nil {
-				wi := int(q.num) % len(e.workers)
-				perWorker[wi] = append(perWorker[wi], event{kind: evPacket, q: q, rx: bufs[i]})
-				bufs[i] = nil // handed to a worker
-			}
-		}
-		// Hand each worker its share of the batch at once. The receive
-		// goroutine does not run protocol work itself: on two cores,
-		// receiving while a worker transmits is what carries a stream
-		// (measured: running it inline cost a quarter of RC WRITE
-		// throughput and gained no ping-pong latency).
-		for wi, evs := range perWorker {
-			if len(evs) > 0 {
-				e.workers[wi].enqueue(evs)
-				clear(evs)
-				perWorker[wi] = evs[:0]
-			}
+		if err != nil && (errors.Is(err, net.ErrClosed) || e.closed.Load()) {
+			return
 		}
 	}
+}
+
+// ready is the receive goroutine's WaitReadable callback: it reads and
+// dispatches what is queued, and asks to wait again (false) unless the
+// link failed. Busy pollers read the same link under the same lock.
+func (e *Engine) ready() bool {
+	e.rxMu.Lock()
+	defer e.rxMu.Unlock()
+	for {
+		n, err := e.readLocked(true, turnWake)
+		if err != nil {
+			e.rxErr = err
+			return true
+		}
+		if n < len(e.rx.pkts) {
+			return false // drained: the next datagram calls again
+		}
+	}
+}
+
+// readLocked reads a batch from the link (try: without waiting), parses
+// it and hands each worker its share at once. The receive goroutine
+// does not run protocol work itself (turnWake): on two cores, receiving
+// while a worker transmits is what carries a stream (measured: running
+// it inline cost a quarter of RC WRITE throughput). A busy poller does
+// (turnPoll).
+//
+// Preconditions: e.rxMu is held.
+func (e *Engine) readLocked(try bool, mode turnMode) (int, error) {
+	b := &e.rx
+	for i := range b.pkts[:b.used] {
+		if b.bufs[i] == nil {
+			b.bufs[i] = e.pool.Get().(*rxBuf)
+		}
+		b.pkts[i].Buf = b.bufs[i].b[:]
+	}
+	b.used = len(b.pkts) // until the read says how many it filled
+	var n int
+	var err error
+	if try {
+		n, err = e.poller.TryRecv(b.pkts)
+	} else {
+		n, err = e.cfg.Link.Recv(b.pkts)
+	}
+	if err != nil || n == 0 {
+		if err == nil {
+			b.used = 0
+		}
+		return 0, err
+	}
+	b.used = n
+	for i := range n {
+		if q := e.dispatch(&b.pkts[i], b.bufs[i]); q != nil {
+			wi := int(q.num) % len(e.workers)
+			b.perWorker[wi] = append(b.perWorker[wi], event{kind: evPacket, q: q, rx: b.bufs[i]})
+			b.bufs[i] = nil // handed to a worker
+		}
+	}
+	for wi, evs := range b.perWorker {
+		if len(evs) > 0 {
+			e.workers[wi].submit(evs, mode)
+			clear(evs)
+			b.perWorker[wi] = evs[:0]
+		}
+	}
+	return n, nil
+}
+
+// Progress drives the transport from the calling goroutine, for an
+// application that polls its completion queues (EngineConfig.BusyPoll;
+// otherwise it does nothing): it reads
+// what the link has queued and handles it here, without waking a
+// goroutine, and when nothing arrived it sends what earlier calls left
+// owed. It reports whether it did anything. It does nothing when the
+// link cannot be polled, or another goroutine is reading it.
+//
+// The ACKs of receives it delivers are left for the application's next
+// call, at most one: an answer posted at once leaves with them in one
+// datagram, and otherwise the next poll (or the worker's goroutine,
+// woken as a backstop) sends them.
+func (e *Engine) Progress() bool {
+	if !e.cfg.BusyPoll || e.poller == nil || e.closed.Load() || !e.rxMu.TryLock() {
+		return false
+	}
+	n, _ := e.readLocked(true, turnPoll)
+	e.rxMu.Unlock()
+	if n > 0 {
+		return true
+	}
+	did := false
+	for _, w := range e.workers {
+		if w.runOwed() {
+			did = true
+		}
+	}
+	return did
 }
 
 // dispatch parses one packet and returns the QP it is for, or nil when
@@ -366,6 +547,8 @@ func (e *Engine) dispatch(lp *link.Packet, rb *rxBuf) *QP {
 	return q
 }
 
+// run is the worker's goroutine: it runs a turn when woken and nobody
+// else is running one.
 func (w *worker) run() {
 	defer w.e.wg.Done()
 	for {
@@ -374,42 +557,85 @@ func (w *worker) run() {
 		case <-w.e.done:
 			return
 		}
-		yielded := false
-		for {
-			// Swap the queue with the spare array: posters append to
-			// one while the worker handles the other, and neither is
-			// ever dropped, so steady state allocates nothing.
-			w.mu.Lock()
-			batch := w.queue
-			w.queue = w.spare[:0]
+		w.mu.Lock()
+		if w.running {
+			w.mu.Unlock() // the running turn handles what was queued
+			continue
+		}
+		w.running = true
+		w.mu.Unlock()
+		w.turn(turnWake)
+	}
+}
+
+// turn handles the worker's events until none are left, then ends the
+// turn (w.running = false). A turn not run by the worker's goroutine
+// hands the rest to it once it has built txBatchBytes of requester
+// packets; a busy poller's turn also hands over the ACKs of the receives
+// it delivered (see Progress), unless an earlier one already left some.
+//
+// Preconditions: the caller set w.running.
+func (w *worker) turn(mode turnMode) {
+	inline := mode != turnWake
+	w.inline, w.inlineBytes = inline, 0
+	yielded := mode == turnPoll // the application is this goroutine
+	deferAcks := mode == turnPoll && len(w.dirty) == 0
+	for {
+		// Swap the queue with the spare array: posters append to one
+		// while the turn handles the other, and neither is ever
+		// dropped, so steady state allocates nothing.
+		w.mu.Lock()
+		batch := w.queue
+		if len(batch) == 0 && len(w.dirty) == 0 {
+			w.running = false
 			w.mu.Unlock()
-			for i := range batch {
-				w.handle(&batch[i])
-				batch[i] = event{}
-			}
-			w.spare = batch[:0]
-			if len(batch) == 0 && len(w.dirty) == 0 {
-				w.closeSyncs()
-				break
-			}
-			if w.delivered && !yielded && len(w.dirty) > 0 {
-				// A receive just completed and ACKs are about to
-				// leave. The application woken by the completion
-				// runs next on this P; if it answers (a send on
-				// the same QP, as request-response traffic does),
-				// its packets join the ACKs in one transmit batch:
-				// one system call instead of two, on both sides.
-				// The ACKs wait for at most one scheduling round.
-				yielded = true
-				w.delivered = false
-				runtime.Gosched()
-				continue
-			}
+			return
+		}
+		w.queue = w.spare[:0]
+		w.mu.Unlock()
+		for i := range batch {
+			w.handle(&batch[i])
+			batch[i] = event{}
+		}
+		w.spare = batch[:0]
+		if w.delivered && !yielded && len(w.dirty) > 0 {
+			// A receive just completed and ACKs are about to leave.
+			// The application woken by the completion runs next on
+			// this P; if it answers (a send on the same QP, as
+			// request-response traffic does), its doorbell joins
+			// this turn and its packets join the ACKs in one
+			// transmit batch: one system call instead of two, on
+			// both sides. The ACKs wait for at most one scheduling
+			// round.
+			yielded = true
 			w.delivered = false
-			w.finishBatch()
-			w.closeSyncs()
+			runtime.Gosched()
+			continue
+		}
+		if deferAcks && w.delivered && len(w.dirty) > 0 && len(w.syncs) == 0 {
+			w.delivered = false
+			w.handOff()
+			return
+		}
+		w.delivered = false
+		w.finishBatch()
+		w.closeSyncs()
+		if inline && w.inlineBytes >= txBatchBytes && len(w.dirty) > 0 {
+			// Enough for a goroutine that has work of its own: the
+			// worker's goroutine sends the rest.
+			w.handOff()
+			return
 		}
 	}
+}
+
+// handOff ends the turn with work left (w.dirty) for whoever runs the
+// next one, and wakes the worker's goroutine so that somebody does.
+func (w *worker) handOff() {
+	w.mu.Lock()
+	w.running = false
+	w.mu.Unlock()
+	w.wake()
 }
 
 // closeSyncs releases the evSync waiters: what was queued before them has
@@ -457,17 +683,29 @@ func (w *worker) markDirty(q *QP) {
 // request followed by the ACK leaves as one super-packet that crosses the
 // kernel once (request-response traffic: the answer and the ACK of the
 // question it answers, see run).
+//
+// A requester stopped by an inline turn's budget marks its QP dirty
+// again, so it is on w.dirty when finishBatch returns.
 func (w *worker) finishBatch() {
-	for i, q := range w.dirty {
+	list := w.dirty
+	w.dirty = w.dirtySpare[:0]
+	for i, q := range list {
 		q.mu.Lock()
 		q.eng.dirty = false
 		q.runRequesterLocked(w)
 		q.flushAckLocked(w)
 		q.mu.Unlock()
-		w.dirty[i] = nil
+		list[i] = nil
 	}
-	w.dirty = w.dirty[:0]
+	w.dirtySpare = list[:0]
 	w.flush()
+}
+
+// requesterBudgetLeft reports whether the requester may build another
+// packet in this turn: always in the worker's goroutine, up to
+// txBatchBytes in an inline turn.
+func (w *worker) requesterBudgetLeft() bool {
+	return !w.inline || w.inlineBytes < txBatchBytes
 }
 
 // txSlot returns a buffer for the next packet, flushing a full batch.

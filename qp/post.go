@@ -32,23 +32,39 @@ const knownSendFlags = verbs.SendFence | verbs.SendSignaled | verbs.SendSolicite
 // IBV_WC_WR_FLUSH_ERR.
 func (q *QP) PostSend(wr *verbs.SendWR) (*verbs.SendWR, error) {
 	bad, err, ring := q.postSend(wr)
-	if ring {
-		q.eng.e.kick(q) // ring the doorbell, outside the QP's lock
+	switch ring {
+	case ringInline:
+		q.eng.e.ring(q) // outside the QP's lock: may run the requester here
+	case ringWorker:
+		q.eng.e.kick(q)
 	}
 	return bad, err
 }
 
-func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, err error, ring bool) {
+// How PostSend rings the doorbell. With busy polling, as rxe does, the
+// requester runs in the poster's goroutine when the send queue held
+// nothing else (a lone request, sent at once); a poster adding to a
+// queue the transport is still working on leaves the work to the worker,
+// which sends the queued requests in batches.
+type doorbell uint8
+
+const (
+	ringNone doorbell = iota
+	ringInline
+	ringWorker
+)
+
+func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, err error, ring doorbell) {
 	const op = "post_send"
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
-		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x is destroyed", q.num), false
+		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x is destroyed", q.num), ringNone
 	}
 	st := q.attr.QPState
 	switch st {
 	case verbs.QPStateReset, verbs.QPStateInit, verbs.QPStateRTR:
-		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x is in %s", q.num, st), false
+		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x is in %s", q.num, st), ringNone
 	}
 	bad = wr
 	posted := 0
@@ -71,7 +87,13 @@ func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, err error, ring bool
 	case verbs.QPStateSQE, verbs.QPStateErr:
 		q.flushSendLocked()
 	case verbs.QPStateRTS:
-		ring = posted > 0 && q.eng.e != nil
+		switch {
+		case posted == 0 || q.eng.e == nil:
+		case q.sq.Len() == posted:
+			ring = ringInline
+		default:
+			ring = ringWorker
+		}
 	}
 	return bad, err, ring
 }

@@ -150,6 +150,10 @@ func (q *QP) runRequesterLocked(w *worker) {
 		if q.typ == verbs.QPTypeRC && s.psn.Diff(s.ackPSN) >= maxUnackedPSNs {
 			break
 		}
+		if !w.requesterBudgetLeft() {
+			w.markDirty(q) // the worker's goroutine goes on
+			break
+		}
 		q.sendPacketLocked(w, wqe)
 	}
 	if q.typ == verbs.QPTypeRC && s.psn != s.ackPSN && !s.timerArmed && !s.rnrWait {
@@ -408,6 +412,7 @@ func (q *QP) sendPacketLocked(w *worker, wqe *sendWQE) {
 	size := h.PacketLen(int(payload))
 	wire.Seal(dst, buf[:size])
 	w.queueTx(size, dst)
+	w.inlineBytes += size
 
 	switch {
 	case wqe.wr.Opcode == verbs.WRRDMARead:

@@ -45,6 +45,11 @@ type rxState struct {
 	want, got int
 	block     bool
 	errno     syscall.Errno
+	// try: the read is TryRecv's, which never waits.
+	try bool
+	// stale: messages [0, stale) may have been changed by recvmmsg
+	// since reset prepared them.
+	stale int
 }
 
 func (r *rxState) init(batch int, gro, ctrl bool) {
@@ -68,12 +73,16 @@ func (r *rxState) init(batch int, gro, ctrl bool) {
 		h.Iov = &r.iovs[i]
 		h.SetIovlen(1)
 	}
+	r.stale = batch
+	r.reset()
 }
 
-// reset prepares messages [0, n) for recvmmsg, which overwrites the
-// lengths and flags.
-func (r *rxState) reset(n int) {
-	for i := range r.msgs[:n] {
+// reset prepares every message for recvmmsg, which overwrites the
+// lengths and flags of the messages it fills, and only those: reset
+// prepares again just the messages filled since it last ran (a busy
+// poller calls with nothing to read a million times a second).
+func (r *rxState) reset() {
+	for i := range r.msgs[:r.stale] {
 		h := &r.msgs[i].Hdr
 		h.Namelen = unix.SizeofSockaddrInet6
 		h.Flags = 0
@@ -82,6 +91,7 @@ func (r *rxState) reset(n int) {
 			h.SetControllen(ctrlSize)
 		}
 	}
+	r.stale = 0
 }
 
 // Recv blocks until at least one packet arrives, then stores up to
@@ -104,6 +114,83 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 	return l.recvDirect(pkts)
 }
 
+// TryRecv is Recv without the wait (link.Poller): it returns what is
+// queued, up to len(pkts), or 0 at once when nothing is. It also returns
+// 0 when another goroutine is in Recv or TryRecv. It uses the socket
+// without Go's poller, so it neither waits for nor consumes a readiness
+// notification: a goroutine in WaitReadable is woken by every datagram
+// that arrives, whoever reads it.
+func (l *Link) TryRecv(pkts []link.Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	r := &l.rx
+	if !r.mu.TryLock() {
+		return 0, nil
+	}
+	defer r.mu.Unlock()
+	if l.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	r.try = true
+	defer func() { r.try = false }()
+	// Read until pkts is full or a read found the socket empty, so that
+	// fewer than len(pkts) means nothing more was queued (link.Poller).
+	total := 0
+	for total < len(pkts) {
+		var k int
+		var err error
+		if r.gro {
+			k, err = l.recvGRO(pkts[total:])
+		} else {
+			k, err = l.recvDirect(pkts[total:])
+		}
+		total += k
+		if err != nil {
+			if total > 0 {
+				return total, nil // the error comes back on the next call
+			}
+			return 0, err
+		}
+		// The last recvmmsg filled every message it offered (a run of
+		// truncated datagrams, or segments left to hand out): there may
+		// be more.
+		if r.got < r.want && r.ph >= r.pn {
+			break
+		}
+	}
+	return total, nil
+}
+
+// WaitReadable calls ready whenever datagrams may be queued on the socket
+// (or segments of a coalesced datagram an earlier read took wait to be
+// handed out): once at once, then after each notification from Go's
+// poller. It returns when ready returns true, or with net.ErrClosed when
+// the link is closed (link.Poller). ready typically calls TryRecv. One
+// goroutine waits at a time.
+//
+// No datagram is missed: the poller forgets earlier notifications when
+// the wait starts, and ready runs before the goroutine is first parked,
+// so anything that arrives after ready last read the socket notifies it.
+// A ready that leaves datagrams queued (a full batch) must read again
+// before returning false.
+func (l *Link) WaitReadable(ready func() bool) error {
+	l.waitMu.Lock()
+	defer l.waitMu.Unlock()
+	if l.closed.Load() {
+		return net.ErrClosed
+	}
+	l.ready = ready
+	defer func() { l.ready = nil }()
+	if err := l.rc.Read(l.readableFn); err != nil {
+		return l.closedErr(err)
+	}
+	return nil
+}
+
+// readable is WaitReadable's RawConn.Read callback.
+func (l *Link) readable(uintptr) bool { return l.ready() }
+
 // recvDirect receives with recvmmsg straight into the caller's buffers.
 //
 // Preconditions: l.rx.mu is held.
@@ -119,7 +206,7 @@ func (l *Link) recvDirect(pkts []link.Packet) (int, error) {
 				setIov(&r.iovs[i], b)
 			}
 		}
-		r.reset(want)
+		r.reset()
 		if err := l.recvmmsg(want, true); err != nil {
 			return 0, err
 		}
@@ -152,7 +239,7 @@ func (l *Link) recvDirect(pkts []link.Packet) (int, error) {
 			r.iovs[i].Base = nil
 		}
 		l.countRx(n, bytes, trunc)
-		if n > 0 {
+		if n > 0 || r.try {
 			return n, nil
 		}
 	}
@@ -167,7 +254,7 @@ func (l *Link) recvGRO(pkts []link.Packet) (int, error) {
 	for n < len(pkts) {
 		// Every pending segment has been copied out: all buffers are free.
 		want := min(len(pkts)-n, len(r.msgs))
-		r.reset(want)
+		r.reset()
 		if err := l.recvmmsg(want, n == 0); err != nil {
 			if n > 0 {
 				break // the error comes back on the next call
@@ -246,8 +333,15 @@ func (l *Link) countRx(n, bytes, trunc int) {
 // Preconditions: l.rx.mu is held.
 func (l *Link) recvmmsg(want int, block bool) error {
 	r := &l.rx
-	r.want, r.block, r.got, r.errno = want, block, 0, 0
-	if err := l.rc.Read(l.readFn); err != nil {
+	r.want, r.block, r.got, r.errno = want, block && !r.try, 0, 0
+	if r.try {
+		// Straight on the descriptor, bypassing Go's poller (whose read
+		// lock a waiting WaitReadable holds); Control keeps the
+		// descriptor open meanwhile.
+		if err := l.rc.Control(l.tryReadFn); err != nil {
+			return l.closedErr(err)
+		}
+	} else if err := l.rc.Read(l.readFn); err != nil {
 		return l.closedErr(err)
 	}
 	if r.errno != 0 {
@@ -265,6 +359,7 @@ func (l *Link) read(fd uintptr) bool {
 		switch e {
 		case 0:
 			r.got = int(n)
+			r.stale = max(r.stale, r.got)
 			return true
 		case unix.EINTR:
 			continue
@@ -276,6 +371,9 @@ func (l *Link) read(fd uintptr) bool {
 		}
 	}
 }
+
+// tryRead is TryRecv's RawConn.Control callback.
+func (l *Link) tryRead(fd uintptr) { l.read(fd) }
 
 // parseMsg fills n from message i's source address and control messages
 // and returns the GRO segment size (0: a single datagram).

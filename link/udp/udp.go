@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -96,10 +97,15 @@ type Link struct {
 
 	// Method values made once, so that passing them to RawConn does not
 	// allocate.
-	writeFn, readFn func(fd uintptr) bool
+	writeFn, readFn, readableFn func(fd uintptr) bool
+	tryReadFn                   func(fd uintptr)
+
+	// WaitReadable's state; one goroutine waits at a time.
+	waitMu sync.Mutex
+	ready  func() bool
 }
 
-var _ link.Link = (*Link)(nil)
+var _ link.Poller = (*Link)(nil)
 
 // Open creates the socket, binds it and probes the offloads.
 func Open(cfg Config) (*Link, error) {
@@ -153,6 +159,8 @@ func Open(cfg Config) (*Link, error) {
 	l.rx.init(l.batch, l.gro, l.pktinfo)
 	l.writeFn = l.write
 	l.readFn = l.read
+	l.tryReadFn = l.tryRead
+	l.readableFn = l.readable
 	return l, nil
 }
 
