@@ -198,22 +198,25 @@ func rcPingPong(b *testing.B, x, y *side, poll func(*side, []verbs.WC) int) {
 			panic(err)
 		}
 	}
+	ywcs, xwcs := make([]verbs.WC, 16), make([]verbs.WC, 16)
+	b.ReportAllocs()
+	pingPong(b, func() { wait(y, ywcs); send(y) }, func() { send(x); wait(x, xwcs) })
+}
+
+// pingPong runs echo b.N times on another goroutine and ping b.N times on
+// the benchmark's, and reports the mean time of a ping.
+func pingPong(b *testing.B, echo, ping func()) {
 	done := make(chan struct{})
-	go func() { // the responder side: echo every message
-		wcs := make([]verbs.WC, 16)
+	go func() {
 		for range b.N {
-			wait(y, wcs)
-			send(y)
+			echo()
 		}
 		close(done)
 	}()
-	wcs := make([]verbs.WC, 16)
-	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
 	for range b.N {
-		send(x)
-		wait(x, wcs)
+		ping()
 	}
 	el := time.Since(start)
 	<-done
@@ -226,35 +229,24 @@ func rcPingPong(b *testing.B, x, y *side, poll func(*side, []verbs.WC) int) {
 // same size).
 func BenchmarkUDPPingPong64(b *testing.B) {
 	ca, cb, aAddr, bAddr := rawSocketPair(b)
-	done := make(chan struct{})
-	go func() {
-		buf := make([]byte, 2048)
-		for range b.N {
-			n, _, err := cb.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				panic(err)
-			}
-			if _, err := cb.WriteToUDPAddrPort(buf[:n], aAddr); err != nil {
-				panic(err)
-			}
-		}
-		close(done)
-	}()
+	bbuf, abuf := make([]byte, 2048), make([]byte, 2048)
 	msg := make([]byte, 64+28)
-	buf := make([]byte, 2048)
-	b.ResetTimer()
-	start := time.Now()
-	for range b.N {
+	pingPong(b, func() {
+		n, _, err := cb.ReadFromUDPAddrPort(bbuf)
+		if err != nil {
+			panic(err)
+		}
+		if _, err := cb.WriteToUDPAddrPort(bbuf[:n], aAddr); err != nil {
+			panic(err)
+		}
+	}, func() {
 		if _, err := ca.WriteToUDPAddrPort(msg, bAddr); err != nil {
-			b.Fatal(err)
+			panic(err)
 		}
-		if _, _, err := ca.ReadFromUDPAddrPort(buf); err != nil {
-			b.Fatal(err)
+		if _, _, err := ca.ReadFromUDPAddrPort(abuf); err != nil {
+			panic(err)
 		}
-	}
-	el := time.Since(start)
-	<-done
-	b.ReportMetric(float64(el.Microseconds())/float64(b.N), "us/roundtrip")
+	})
 }
 
 // BenchmarkUDPPingPong64BusyPoll is the raw baseline for
@@ -285,30 +277,19 @@ func BenchmarkUDPPingPong64BusyPoll(b *testing.B) {
 			}
 		}
 	}
-	done := make(chan struct{})
-	go func() {
-		buf := make([]byte, 2048)
-		for range b.N {
-			spin(cb, buf)
-			if _, err := cb.WriteToUDPAddrPort(buf[:64+28], aAddr); err != nil {
-				panic(err)
-			}
-		}
-		close(done)
-	}()
+	bbuf, abuf := make([]byte, 2048), make([]byte, 2048)
 	msg := make([]byte, 64+28)
-	buf := make([]byte, 2048)
-	b.ResetTimer()
-	start := time.Now()
-	for range b.N {
-		if _, err := ca.WriteToUDPAddrPort(msg, bAddr); err != nil {
-			b.Fatal(err)
+	pingPong(b, func() {
+		spin(cb, bbuf)
+		if _, err := cb.WriteToUDPAddrPort(bbuf[:64+28], aAddr); err != nil {
+			panic(err)
 		}
-		spin(ca, buf)
-	}
-	el := time.Since(start)
-	<-done
-	b.ReportMetric(float64(el.Microseconds())/float64(b.N), "us/roundtrip")
+	}, func() {
+		if _, err := ca.WriteToUDPAddrPort(msg, bAddr); err != nil {
+			panic(err)
+		}
+		spin(ca, abuf)
+	})
 }
 
 // BenchmarkLinkPingPongAck64 is the floor of BenchmarkRCPingPong64 on
@@ -377,29 +358,18 @@ func linkPingPongAck(b *testing.B, busy bool) {
 		}
 		return in
 	}
-	done := make(chan struct{})
-	go func() {
-		in := newIn()
-		for range b.N {
-			recvMsg(lb, in)
-			if err := lb.Send(toA); err != nil {
-				panic(err)
-			}
+	inB, inA := newIn(), newIn()
+	pingPong(b, func() {
+		recvMsg(lb, inB)
+		if err := lb.Send(toA); err != nil {
+			panic(err)
 		}
-		close(done)
-	}()
-	in := newIn()
-	b.ResetTimer()
-	start := time.Now()
-	for range b.N {
+	}, func() {
 		if err := la.Send(toB); err != nil {
-			b.Fatal(err)
+			panic(err)
 		}
-		recvMsg(la, in)
-	}
-	el := time.Since(start)
-	<-done
-	b.ReportMetric(float64(el.Microseconds())/float64(b.N), "us/roundtrip")
+		recvMsg(la, inA)
+	})
 }
 
 // BenchmarkUDPPingPongAck64 is BenchmarkUDPPingPong64 with what RC adds on
@@ -421,27 +391,16 @@ func BenchmarkUDPPingPongAck64(b *testing.B) {
 			}
 		}
 	}
-	done := make(chan struct{})
-	go func() {
-		buf := make([]byte, 2048)
-		for range b.N {
-			recvMsg(cb, buf)
-			_, _ = cb.WriteToUDPAddrPort(ack, aAddr)
-			_, _ = cb.WriteToUDPAddrPort(msg, aAddr)
-		}
-		close(done)
-	}()
-	buf := make([]byte, 2048)
-	b.ResetTimer()
-	start := time.Now()
-	for range b.N {
+	bbuf, abuf := make([]byte, 2048), make([]byte, 2048)
+	pingPong(b, func() {
+		recvMsg(cb, bbuf)
+		_, _ = cb.WriteToUDPAddrPort(ack, aAddr)
+		_, _ = cb.WriteToUDPAddrPort(msg, aAddr)
+	}, func() {
 		_, _ = ca.WriteToUDPAddrPort(msg, bAddr)
-		recvMsg(ca, buf)
+		recvMsg(ca, abuf)
 		_, _ = ca.WriteToUDPAddrPort(ack, bAddr)
-	}
-	el := time.Since(start)
-	<-done
-	b.ReportMetric(float64(el.Microseconds())/float64(b.N), "us/roundtrip")
+	})
 }
 
 // rawSocketPair opens two plain blocking UDP sockets on loopback, closed
