@@ -3,12 +3,22 @@ package conformance
 import (
 	"strings"
 	"testing"
+
+	"github.com/softhca/softhca/hca"
 )
 
 // TestSofthca runs every case against softhca in process, one subtest per
 // case.
-func TestSofthca(t *testing.T) {
-	target := &Softhca{}
+func TestSofthca(t *testing.T) { runSofthca(t, &Softhca{}) }
+
+// TestSofthcaBusyPoll runs every case against devices opened with
+// hca.Config.BusyPoll: the verbs rules hold when the application's polls
+// and posts drive the transport.
+func TestSofthcaBusyPoll(t *testing.T) {
+	runSofthca(t, &Softhca{Config: hca.Config{BusyPoll: true}})
+}
+
+func runSofthca(t *testing.T, target *Softhca) {
 	cases := Cases()
 	if len(cases) == 0 {
 		t.Fatal("no conformance cases registered")
