@@ -233,15 +233,7 @@ func init() {
 				// Both completions polled means both events were queued.
 				Expect(t, len(PollN(t, c, 2)), 2, "completions polled")
 				// Two events pending: taking one leaves the fd readable.
-				nqExpectEvent(t, ch, c)
-				if !nqReadable(t, ch.FD(), 0) {
-					t.Fatalf("fd not readable with a second event pending")
-				}
-				nqExpectEvent(t, ch, c)
-				if nqReadable(t, ch.FD(), 0) {
-					t.Fatalf("fd still readable after get_cq_event took the last event")
-				}
-				c.AckEvents(2)
+				nqTakeTwoEvents(t, ch, c, "with a second event pending")
 			},
 		},
 		Case{
@@ -258,15 +250,7 @@ func init() {
 					Expect(t, len(PollN(t, c, 1)), 1, fmt.Sprintf("completion %d polled", i+1))
 				}
 				// Take one event before the fd is ever looked at.
-				nqExpectEvent(t, ch, c)
-				if !nqReadable(t, ch.FD(), 0) {
-					t.Fatalf("fd not readable with an event pending that was queued before the fd was first polled")
-				}
-				nqExpectEvent(t, ch, c)
-				if nqReadable(t, ch.FD(), 0) {
-					t.Fatalf("fd still readable after get_cq_event took the last event")
-				}
-				c.AckEvents(2)
+				nqTakeTwoEvents(t, ch, c, "with an event pending that was queued before the fd was first polled")
 			},
 		},
 		Case{
@@ -444,6 +428,22 @@ func nqWaitReadable(t *T, ch CompChannel) {
 	if !nqReadable(t, ch.FD(), 2000) {
 		t.Fatalf("channel fd not readable: no completion event arrived")
 	}
+}
+
+// nqTakeTwoEvents takes the two events pending on ch for c: the fd must
+// stay readable after the first (pending says why) and not after the
+// second. It acknowledges both.
+func nqTakeTwoEvents(t *T, ch CompChannel, c CQ, pending string) {
+	t.Helper()
+	nqExpectEvent(t, ch, c)
+	if !nqReadable(t, ch.FD(), 0) {
+		t.Fatalf("fd not readable %s", pending)
+	}
+	nqExpectEvent(t, ch, c)
+	if nqReadable(t, ch.FD(), 0) {
+		t.Fatalf("fd still readable after get_cq_event took the last event")
+	}
+	c.AckEvents(2)
 }
 
 // nqReadable polls fd for input for up to timeoutMs milliseconds.

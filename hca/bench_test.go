@@ -14,20 +14,15 @@ import (
 	"github.com/softhca/softhca/wire"
 )
 
-// udpPairSized opens two devices over real UDP loopback sockets on free
-// ports (GSO and GRO on), with memSize bytes of registered memory each.
-func udpPairSized(tb testing.TB, memSize int) (*side, *side) {
-	return udpPairWith(tb, true, memSize)
+// udpPair opens two devices over real UDP loopback sockets on free ports,
+// with 4 MiB of registered memory each.
+func udpPair(tb testing.TB, gso bool) (*side, *side) {
+	return udpPairConfig(tb, gso, 4<<20, hca.Config{})
 }
 
-// udpPair opens two devices over real UDP loopback sockets on free ports.
-func udpPair(tb testing.TB, gso bool) (*side, *side) { return udpPairWith(tb, gso, 4<<20) }
-
-func udpPairWith(tb testing.TB, gso bool, memSize int) (*side, *side) {
-	return udpPairConfig(tb, gso, memSize, hca.Config{})
-}
-
-// udpPairConfig is udpPairWith with the devices' other settings in cfg.
+// udpPairConfig opens two devices over real UDP loopback sockets on free
+// ports (GSO and GRO as gso says), with memSize bytes of registered memory
+// each and the devices' other settings in cfg.
 func udpPairConfig(tb testing.TB, gso bool, memSize int, cfg hca.Config) (*side, *side) {
 	tb.Helper()
 	open := func() *udp.Link {

@@ -53,26 +53,19 @@ func TestSoakRC(t *testing.T) {
 
 // TestSoakRCOverUDP runs the same workload over real UDP loopback sockets
 // (GSO and GRO on), without injected faults.
-func TestSoakRCOverUDP(t *testing.T) {
-	for _, mtu := range []verbs.MTU{verbs.MTU1024, verbs.MTU4096} {
-		t.Run("mtu"+mtu.String(), func(t *testing.T) {
-			before := runtime.NumGoroutine()
-			a, b := udpPairSized(t, 3*soakDepth*soakSlot+4096)
-			soakRun(t, a, b, nil, mtu, soakCount(), 2)
-			waitGoroutines(t, before)
-		})
-	}
-}
+func TestSoakRCOverUDP(t *testing.T) { soakUDP(t, hca.Config{}, 2) }
 
 // TestSoakRCOverUDPBusyPoll is TestSoakRCOverUDP with devices opened
 // with Config.BusyPoll: the test's polling loops drive both transports,
 // alongside their receive goroutines.
-func TestSoakRCOverUDPBusyPoll(t *testing.T) {
+func TestSoakRCOverUDPBusyPoll(t *testing.T) { soakUDP(t, hca.Config{BusyPoll: true}, 3) }
+
+func soakUDP(t *testing.T, cfg hca.Config, seed uint64) {
 	for _, mtu := range []verbs.MTU{verbs.MTU1024, verbs.MTU4096} {
 		t.Run("mtu"+mtu.String(), func(t *testing.T) {
 			before := runtime.NumGoroutine()
-			a, b := udpPairConfig(t, true, 3*soakDepth*soakSlot+4096, hca.Config{BusyPoll: true})
-			soakRun(t, a, b, nil, mtu, soakCount(), 3)
+			a, b := udpPairConfig(t, true, 3*soakDepth*soakSlot+4096, cfg)
+			soakRun(t, a, b, nil, mtu, soakCount(), seed)
 			waitGoroutines(t, before)
 		})
 	}

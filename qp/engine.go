@@ -362,31 +362,41 @@ func (w *worker) wake() {
 func (w *worker) submit(evs []event, mode turnMode) {
 	w.mu.Lock()
 	w.queue = append(w.queue, evs...)
-	if w.running {
-		w.mu.Unlock()
-		return
-	}
 	if mode == turnWake {
+		running := w.running
 		w.mu.Unlock()
-		w.wake()
+		if !running {
+			w.wake()
+		}
 		return
 	}
-	w.running = true
-	w.mu.Unlock()
-	w.turn(mode)
+	w.takeTurnLocked(mode)
 }
 
 // runOwed runs a turn here if nobody is running one and the last turn
 // left work (a busy poller's deferred ACKs).
 func (w *worker) runOwed() bool {
 	w.mu.Lock()
-	if w.running || len(w.queue) == 0 && len(w.dirty) == 0 {
+	if !w.running && len(w.queue) == 0 && len(w.dirty) == 0 {
 		w.mu.Unlock()
+		return false
+	}
+	return w.takeTurnLocked(turnInline)
+}
+
+// takeTurnLocked runs a turn in the calling goroutine unless one is
+// running, and reports whether it did. It is the one place a turn starts
+// (w.running set); turn and handOff end it.
+//
+// Preconditions: w.mu is held; takeTurnLocked releases it.
+func (w *worker) takeTurnLocked(mode turnMode) bool {
+	if w.running {
+		w.mu.Unlock() // the running turn handles what was queued
 		return false
 	}
 	w.running = true
 	w.mu.Unlock()
-	w.turn(turnInline)
+	w.turn(mode)
 	return true
 }
 
@@ -558,13 +568,7 @@ func (w *worker) run() {
 			return
 		}
 		w.mu.Lock()
-		if w.running {
-			w.mu.Unlock() // the running turn handles what was queued
-			continue
-		}
-		w.running = true
-		w.mu.Unlock()
-		w.turn(turnWake)
+		w.takeTurnLocked(turnWake)
 	}
 }
 

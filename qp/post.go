@@ -33,9 +33,9 @@ const knownSendFlags = verbs.SendFence | verbs.SendSignaled | verbs.SendSolicite
 func (q *QP) PostSend(wr *verbs.SendWR) (*verbs.SendWR, error) {
 	bad, err, ring := q.postSend(wr)
 	switch ring {
-	case ringInline:
+	case ringIdle:
 		q.eng.e.ring(q) // outside the QP's lock: may run the requester here
-	case ringWorker:
+	case ringBusy:
 		q.eng.e.kick(q)
 	}
 	return bad, err
@@ -50,8 +50,8 @@ type doorbell uint8
 
 const (
 	ringNone doorbell = iota
-	ringInline
-	ringWorker
+	ringIdle          // the send queue held only what this call posted
+	ringBusy          // the transport still has earlier requests
 )
 
 func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, err error, ring doorbell) {
@@ -90,9 +90,9 @@ func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, err error, ring door
 		switch {
 		case posted == 0 || q.eng.e == nil:
 		case q.sq.Len() == posted:
-			ring = ringInline
+			ring = ringIdle
 		default:
-			ring = ringWorker
+			ring = ringBusy
 		}
 	}
 	return bad, err, ring
