@@ -7,7 +7,6 @@ import (
 
 	"github.com/softhca/softhca/internal/clock"
 	"github.com/softhca/softhca/link"
-	"github.com/softhca/softhca/qp"
 
 	"github.com/softhca/softhca/verbs"
 )
@@ -71,7 +70,7 @@ type Config struct {
 	// can be polled (link.Poller, as link/udp is).
 	BusyPoll bool
 	// Trace is called for every packet the transport sends and receives.
-	Trace func(dir qp.Direction, p *link.Packet)
+	Trace func(dir Direction, p *link.Packet)
 }
 
 // DefaultDeviceAttr returns the attributes of a Linux rxe device on a

@@ -112,9 +112,9 @@ func (d *Device) publishQPsLocked() {
 }
 
 // TransportStats returns the transport's counters (zero without a link).
-func (d *Device) TransportStats() qp.Stats {
+func (d *Device) TransportStats() Stats {
 	if d.eng == nil {
-		return qp.Stats{}
+		return Stats{}
 	}
 	return d.eng.Stats()
 }
