@@ -38,12 +38,12 @@ var (
 const (
 	lcConns = 3
 	lcWRs   = 12
-	lcSlot  = 16 << 10
+	lcSlot  = 64 << 10
 )
 
 // lcSizes are the message sizes drawn: zero, sub-packet, packet edges at
 // MTU 1024 and 4096, multi-packet.
-var lcSizes = []int{0, 1, 7, 64, 1000, 1024, 1025, 4096, 5000, 9000, lcSlot}
+var lcSizes = []int{0, 1, 7, 64, 1000, 1024, 1025, 4096, 5000, 9000, 16384, 40000, lcSlot}
 
 // lcAction is what an iteration does to the traffic at a random moment.
 type lcAction int
@@ -136,8 +136,10 @@ func TestLifecycleUnderTraffic(t *testing.T) {
 				t.Run(a.String(), func(t *testing.T) {
 					start := time.Now()
 					var tally lcTally
+					var mem lcMemory
 					for i := range iters {
 						r := newLCRun(t, transport, a, seed, i)
+						r.mem = &mem
 						r.run()
 						tally.add(r)
 					}
@@ -204,6 +206,8 @@ type lcRun struct {
 	clk       *clock.Fake // nil over UDP
 	devs      [2]*lcDev
 	qps       []*lcQP
+	plan      [2][lcConns][lcWRs]lcPlanned
+	mem       *lcMemory
 	// Who did what to whom, for failure messages.
 	what string
 	// closedDev is the device the CloseDevice action closed.
@@ -214,6 +218,22 @@ type lcRun struct {
 	mu         sync.Mutex
 	violations []string
 	nviol      atomic.Int64
+}
+
+// lcMemory is the memory of a case's iterations, reused: each iteration
+// fills what it uses, and what it does not use still holds an earlier
+// iteration's bytes, which no check may ever see.
+type lcMemory struct {
+	regions [2][2][]byte // [device][L, T]
+	snaps   [2][2][]byte
+}
+
+func (m *lcMemory) region(dev, kind int) ([]byte, []byte) {
+	if m.regions[dev][kind] == nil {
+		m.regions[dev][kind] = make([]byte, lcRegionSize)
+		m.snaps[dev][kind] = make([]byte, lcRegionSize)
+	}
+	return m.regions[dev][kind], m.snaps[dev][kind]
 }
 
 // lcDev is one device of an iteration.
@@ -383,20 +403,32 @@ func (r *lcRun) run() {
 	t := r.t
 	before := runtime.NumGoroutine()
 
-	// Memory first, filled before the devices exist (see the test
-	// comment on UDP and the race detector).
+	// The work first, then the memory it uses, filled before the
+	// devices exist (see the test comment on UDP and the race detector):
+	// only the bytes a request reads are filled, the rest stays zero.
+	r.draw()
 	for i := range r.devs {
-		d := &lcDev{r: r, idx: i, byNum: map[uint32]*lcQP{}, sends: map[uint64]*lcWR{}, recvs: map[uint64]*lcRecv{}, sender: map[uint32]*lcQP{}}
-		d.L = &lcRegion{name: fmt.Sprintf("device %d source region", i), buf: make([]byte, lcRegionSize)}
-		d.T = &lcRegion{name: fmt.Sprintf("device %d target region", i), buf: make([]byte, lcRegionSize)}
-		for s := range lcConns * lcWRs {
-			lcFill(d.L.buf[s*lcSlot:][:lcSlot], r.seedL(i, s))
-			lcFill(d.T.buf[s*lcSlot:][:lcSlot], r.seedT(i, s))
-		}
+		d := &lcDev{r: r, idx: i, byNum: map[uint32]*lcQP{}, sends: map[uint64]*lcWR{}, recvs: map[uint64]*lcRecv{}, sender: map[uint32]*lcQP{},
+			L: &lcRegion{name: fmt.Sprintf("device %d source region", i)},
+			T: &lcRegion{name: fmt.Sprintf("device %d target region", i)}}
+		d.L.buf, d.L.snap = r.mem.region(i, 0)
+		d.T.buf, d.T.snap = r.mem.region(i, 1)
+		r.devs[i] = d
+	}
+	for i, d := range r.devs {
+		peer := r.devs[1-i]
 		for c := range lcConns {
 			binary.NativeEndian.PutUint64(d.T.buf[lcWordOff(c):], r.wordInit(i, c))
+			for k, w := range r.plan[i][c] {
+				s := c*lcWRs + k
+				switch w.op {
+				case verbs.WRRDMAWrite, verbs.WRSend:
+					lcFill(d.L.buf[s*lcSlot:][:w.size], r.seedL(i, s))
+				case verbs.WRRDMARead:
+					lcFill(peer.T.buf[s*lcSlot:][:w.size], r.seedT(1-i, s))
+				}
+			}
 		}
-		r.devs[i] = d
 	}
 	r.openDevices()
 	defer func() {
@@ -436,7 +468,8 @@ func (r *lcRun) run() {
 	for _, q := range r.qps {
 		total += len(q.wrs)
 	}
-	k := r.rng.IntN(total + 1)
+	// Mostly while much is in flight: the first half of the completions.
+	k := r.rng.IntN(total/2 + 1)
 	r.waitFor(fmt.Sprintf("%d of %d completions before the %s", k, total, r.action), func() bool { return r.completed() >= k })
 	for range r.rng.IntN(64) {
 		runtime.Gosched()
@@ -534,21 +567,41 @@ func lcConnect(t *testing.T, q, p *lcQP, mtu verbs.MTU, rng *rand.Rand) {
 		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))
 }
 
-// post draws every QP's work, posts the receives its SENDs need on the
-// peer, then posts the send work requests round-robin over the QPs so
-// that both directions of every connection run at once.
+// lcPlanned is a send work request drawn before the memory is filled.
+type lcPlanned struct {
+	op   verbs.WROpcode
+	size int
+	// Atomics: the add, or the swap and whether the compare fails.
+	arg     uint64
+	cmpFail bool
+}
+
+// draw draws every QP's work: plan[device][connection][i].
+func (r *lcRun) draw() {
+	ops := []verbs.WROpcode{verbs.WRRDMAWrite, verbs.WRRDMARead, verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp, verbs.WRSend}
+	for d := range r.plan {
+		for c := range r.plan[d] {
+			for i := range r.plan[d][c] {
+				w := lcPlanned{op: ops[r.rng.IntN(len(ops))], size: lcSizes[r.rng.IntN(len(lcSizes))], arg: r.rng.Uint64(), cmpFail: r.rng.IntN(3) == 0}
+				if w.op.IsAtomic() {
+					w.size = 8
+				}
+				r.plan[d][c][i] = w
+			}
+		}
+	}
+}
+
+// post posts the drawn work: first the receives the SENDs need on the
+// peer, then the send work requests round-robin over the QPs so that
+// both directions of every connection run at once.
 func (r *lcRun) post() {
 	t := r.t
-	ops := []verbs.WROpcode{verbs.WRRDMAWrite, verbs.WRRDMARead, verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp, verbs.WRSend}
 	for _, q := range r.qps {
 		q.model = r.wordInit(q.peer.dev.idx, q.conn)
-		for i := range lcWRs {
-			w := &lcWR{qp: q, idx: i, id: uint64(q.dev.idx)<<40 | uint64(q.conn)<<32 | uint64(i), op: ops[r.rng.IntN(len(ops))]}
-			w.size = lcSizes[r.rng.IntN(len(lcSizes))]
-			switch w.op {
-			case verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp:
-				w.size = 8
-			case verbs.WRSend:
+		for i, p := range r.plan[q.dev.idx][q.conn] {
+			w := &lcWR{qp: q, idx: i, id: uint64(q.dev.idx)<<40 | uint64(q.conn)<<32 | uint64(i), op: p.op, size: p.size}
+			if w.op == verbs.WRSend {
 				rv := &lcRecv{qp: q.peer, id: lcRecvBit | w.id, send: w}
 				w.recv = rv
 				q.peer.recvs = append(q.peer.recvs, rv)
@@ -562,7 +615,7 @@ func (r *lcRun) post() {
 	}
 	for i := range lcWRs {
 		for _, q := range r.qps {
-			w := q.wrs[i]
+			w, p := q.wrs[i], r.plan[q.dev.idx][q.conn][i]
 			peerT := q.peer.dev.T.mr
 			wr := &verbs.SendWR{WRID: w.id, Opcode: w.op, SendFlags: verbs.SendSignaled,
 				SGList: []verbs.SGE{q.dev.L.mr.SGE(lcSlotOff(q.conn, i), w.size)}}
@@ -570,19 +623,18 @@ func (r *lcRun) post() {
 			case verbs.WRRDMAWrite, verbs.WRRDMARead:
 				wr.RDMA = verbs.RDMAInfo{RemoteAddr: peerT.Addr() + uint64(lcSlotOff(q.conn, i)), RKey: peerT.RKey()}
 			case verbs.WRAtomicFetchAndAdd:
-				add := r.rng.Uint64()
-				wr.Atomic = verbs.AtomicInfo{RemoteAddr: peerT.Addr() + uint64(lcWordOff(q.conn)), RKey: peerT.RKey(), CompareAdd: add}
+				wr.Atomic = verbs.AtomicInfo{RemoteAddr: peerT.Addr() + uint64(lcWordOff(q.conn)), RKey: peerT.RKey(), CompareAdd: p.arg}
 				w.wantOrig = q.model
-				q.model += add
+				q.model += p.arg
 			case verbs.WRAtomicCmpAndSwp:
-				cmp, swap := q.model, r.rng.Uint64()
-				if r.rng.IntN(3) == 0 {
-					cmp = ^cmp // a compare that fails
+				cmp := q.model
+				if p.cmpFail {
+					cmp = ^cmp
 				}
-				wr.Atomic = verbs.AtomicInfo{RemoteAddr: peerT.Addr() + uint64(lcWordOff(q.conn)), RKey: peerT.RKey(), CompareAdd: cmp, Swap: swap}
+				wr.Atomic = verbs.AtomicInfo{RemoteAddr: peerT.Addr() + uint64(lcWordOff(q.conn)), RKey: peerT.RKey(), CompareAdd: cmp, Swap: p.arg}
 				w.wantOrig = q.model
-				if cmp == q.model {
-					q.model = swap
+				if !p.cmpFail {
+					q.model = p.arg
 				}
 			}
 			_, err := q.qp.PostSend(wr)
@@ -635,9 +687,6 @@ func (r *lcRun) act() {
 // fence takes back [off, off+n) for the application: it keeps what the
 // range holds and fills it with the guard pattern.
 func (g *lcRegion) fence(off, n int, seed uint64) {
-	if g.snap == nil {
-		g.snap = make([]byte, len(g.buf))
-	}
 	copy(g.snap[off:off+n], g.buf[off:off+n])
 	lcFill(g.buf[off:off+n], seed)
 	g.fences = append(g.fences, lcFence{off, off + n, seed})
