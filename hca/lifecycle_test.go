@@ -1003,3 +1003,118 @@ func lcDiff(got, want []byte) string {
 	end := min(first+8, len(got))
 	return fmt.Sprintf("%d of %d bytes differ, first at offset %d: % x, want % x", n, len(got), first, got[first:end], want[first:end])
 }
+
+var benchObjects = flag.Int("bench.objects", 100_000, "QPs (BenchmarkCreateQPs) or MRs (BenchmarkRegMRs) created and destroyed per benchmark op")
+
+// benchWindows times n calls of f (i = 0..n-1) and returns the time taken
+// by the first and by the last window of calls: equal per-call times say
+// the cost of a call does not grow with the number of objects.
+func benchWindows(n, window int, f func(i int)) (first, last, total time.Duration) {
+	start := time.Now()
+	var lastStart time.Time
+	for i := range n {
+		switch i {
+		case window:
+			first = time.Since(start)
+		case n - window:
+			lastStart = time.Now()
+		}
+		f(i)
+	}
+	if n == window {
+		first = time.Since(start)
+		lastStart = start
+	}
+	return first, time.Since(lastStart), time.Since(start)
+}
+
+// benchReport reports a phase's per-object cost over b.N runs: its
+// average, and over its first and last windows.
+func benchReport(b *testing.B, what string, first, last, total time.Duration, n, window int) {
+	per := func(d time.Duration, k int) float64 { return float64(d.Nanoseconds()) / float64(k*b.N) }
+	b.ReportMetric(per(total, n), "ns/"+what)
+	b.ReportMetric(per(first, window), fmt.Sprintf("ns/%s-first%dk", what, window/1000))
+	b.ReportMetric(per(last, window), fmt.Sprintf("ns/%s-last%dk", what, window/1000))
+}
+
+func benchWindow(n int) int { return max(1, min(10_000, n/10)) }
+
+// BenchmarkCreateQPs creates -bench.objects RC QPs (small caps, one CQ)
+// on a device with a link, then destroys them in the order they were
+// created, and reports the cost per QP of the first and the last 10,000
+// of each: with an O(1) amortised create and destroy they are equal. One
+// op is the whole cycle.
+func BenchmarkCreateQPs(b *testing.B) {
+	n, window := *benchObjects, benchWindow(*benchObjects)
+	la, lb := pipe.New(pipe.Config{})
+	defer lb.Close()
+	dev, err := hca.Open(hca.Config{Link: la})
+	require.NoError(b, err)
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	require.NoError(b, err)
+	cq, err := dev.CreateCQ(16, nil, nil, 0)
+	require.NoError(b, err)
+	init := &hca.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTypeRC,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	qps := make([]*hca.QP, n)
+	var cf, cl, ct, df, dl, dt time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		f, l, tot := benchWindows(n, window, func(i int) {
+			if qps[i], err = pd.CreateQP(init); err != nil {
+				b.Fatalf("create_qp %d: %v", i, err)
+			}
+		})
+		cf, cl, ct = cf+f, cl+l, ct+tot
+		f, l, tot = benchWindows(n, window, func(i int) {
+			if err := qps[i].Destroy(context.Background()); err != nil {
+				b.Fatalf("destroy_qp %d: %v", i, err)
+			}
+			qps[i] = nil
+		})
+		df, dl, dt = df+f, dl+l, dt+tot
+	}
+	benchReport(b, "create", cf, cl, ct, n, window)
+	benchReport(b, "destroy", df, dl, dt, n, window)
+}
+
+// BenchmarkRegMRs registers -bench.objects memory regions of 64 bytes
+// each, then deregisters them in the order they were registered, and
+// reports the cost per MR of the first and the last 10,000 of each: with
+// an O(1) amortised registration they are equal. One op is the whole
+// cycle.
+func BenchmarkRegMRs(b *testing.B) {
+	n, window := *benchObjects, benchWindow(*benchObjects)
+	la, lb := pipe.New(pipe.Config{})
+	defer lb.Close()
+	dev, err := hca.Open(hca.Config{Link: la})
+	require.NoError(b, err)
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	require.NoError(b, err)
+	const size = 64
+	mem := make([]byte, n*size)
+	mrs := make([]*hca.MR, n)
+	var rf, rl, rt, df, dl, dt time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		f, l, tot := benchWindows(n, window, func(i int) {
+			if mrs[i], err = pd.RegMR(mem[i*size:(i+1)*size:(i+1)*size], verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead); err != nil {
+				b.Fatalf("reg_mr %d: %v", i, err)
+			}
+		})
+		rf, rl, rt = rf+f, rl+l, rt+tot
+		f, l, tot = benchWindows(n, window, func(i int) {
+			if err := mrs[i].Dereg(); err != nil {
+				b.Fatalf("dereg_mr %d: %v", i, err)
+			}
+			mrs[i] = nil
+		})
+		df, dl, dt = df+f, dl+l, dt+tot
+	}
+	benchReport(b, "reg", rf, rl, rt, n, window)
+	benchReport(b, "dereg", df, dl, dt, n, window)
+}
