@@ -275,12 +275,15 @@ type lcFence struct {
 
 // lcQP is one QP of an iteration and the work posted on it.
 type lcQP struct {
-	dev       *lcDev
-	conn      int
-	qp        *hca.QP
-	num       uint32
-	peer      *lcQP
-	destroyed atomic.Bool // set once Destroy returned
+	dev  *lcDev
+	conn int
+	qp   *hca.QP
+	num  uint32
+	peer *lcQP
+	// gone is set as soon as Destroy returned; destroyed once the
+	// completions pushed before that were polled.
+	gone      atomic.Bool
+	destroyed atomic.Bool
 	wrs       []*lcWR
 	recvs     []*lcRecv // receives posted on this QP
 	model     uint64    // the peer's atomic word after every atomic of this QP
@@ -394,7 +397,7 @@ func (d *lcDev) trace(dir hca.Direction, p *link.Packet) {
 		return
 	}
 	bth := wire.BTH(p.Buf[:wire.BTHSize])
-	if q := d.sender[bth.DestQP()]; q != nil && q.destroyed.Load() {
+	if q := d.sender[bth.DestQP()]; q != nil && q.gone.Load() {
 		d.r.violate("QP %#x (device %d) sent %s PSN %d after its Destroy returned", q.num, d.idx, bth.OpCode(), bth.PSN())
 	}
 }
@@ -665,6 +668,7 @@ func (r *lcRun) act() {
 			require.NoError(t, q.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.AttrState))
 		}
 		require.NoError(t, q.qp.Destroy(context.Background()))
+		q.gone.Store(true)
 		// What was pushed before Destroy returned may be polled now;
 		// nothing for q may come after.
 		r.pollAll()
@@ -803,7 +807,7 @@ func (r *lcRun) outstanding(match func(*lcQP) bool) int {
 // clock, never fires).
 func (q *lcQP) broken() bool {
 	for _, x := range []*lcQP{q, q.peer} {
-		if x.destroyed.Load() || x.dev.closed.Load() {
+		if x.gone.Load() || x.dev.closed.Load() {
 			return true
 		}
 		if st := x.qp.State(); st == verbs.QPStateErr || st == verbs.QPStateSQE {
