@@ -58,6 +58,10 @@ const (
 	// DeregMR of a region a requester gathers from (WRITE, SEND) and
 	// scatters READ responses and atomic results into.
 	actDeregSource
+	// DeregMR of a target region while only atomics run, on every
+	// connection, both ways: the responder's check of the R_Key and its
+	// use of the word must be one.
+	actDeregAtomicTarget
 	// Destroy of a QP in RTS, traffic in flight both ways.
 	actDestroyQP
 	// Modify to ERR, then Destroy.
@@ -67,7 +71,7 @@ const (
 	numActions
 )
 
-var lcActionNames = [...]string{"Control", "DeregTarget", "DeregSource", "DestroyQP", "DestroyQPAfterErr", "CloseDevice"}
+var lcActionNames = [...]string{"Control", "DeregTarget", "DeregSource", "DeregAtomicTarget", "DestroyQP", "DestroyQPAfterErr", "CloseDevice"}
 
 func (a lcAction) String() string { return lcActionNames[a] }
 
@@ -582,6 +586,9 @@ type lcPlanned struct {
 // draw draws every QP's work: plan[device][connection][i].
 func (r *lcRun) draw() {
 	ops := []verbs.WROpcode{verbs.WRRDMAWrite, verbs.WRRDMARead, verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp, verbs.WRSend}
+	if r.action == actDeregAtomicTarget {
+		ops = []verbs.WROpcode{verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp}
+	}
 	for d := range r.plan {
 		for c := range r.plan[d] {
 			for i := range r.plan[d][c] {
@@ -653,7 +660,7 @@ func (r *lcRun) act() {
 	switch r.action {
 	case actNone:
 		r.what = "no action"
-	case actDeregTarget, actDeregSource:
+	case actDeregTarget, actDeregSource, actDeregAtomicTarget:
 		reg := d.T
 		if r.action == actDeregSource {
 			reg = d.L
