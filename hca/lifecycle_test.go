@@ -1065,10 +1065,10 @@ func benchWindow(n int) int { return max(1, min(10_000, n/10)) }
 func BenchmarkCreateQPs(b *testing.B) {
 	n, window := *benchObjects, benchWindow(*benchObjects)
 	la, lb := pipe.New(pipe.Config{})
-	defer lb.Close()
+	defer func() { _ = lb.Close() }()
 	dev, err := hca.Open(hca.Config{Link: la})
 	require.NoError(b, err)
-	defer dev.Close()
+	defer func() { _ = dev.Close() }()
 	pd, err := dev.AllocPD()
 	require.NoError(b, err)
 	cq, err := dev.CreateCQ(16, nil, nil, 0)
@@ -1106,10 +1106,10 @@ func BenchmarkCreateQPs(b *testing.B) {
 func BenchmarkRegMRs(b *testing.B) {
 	n, window := *benchObjects, benchWindow(*benchObjects)
 	la, lb := pipe.New(pipe.Config{})
-	defer lb.Close()
+	defer func() { _ = lb.Close() }()
 	dev, err := hca.Open(hca.Config{Link: la})
 	require.NoError(b, err)
-	defer dev.Close()
+	defer func() { _ = dev.Close() }()
 	pd, err := dev.AllocPD()
 	require.NoError(b, err)
 	const size = 64
