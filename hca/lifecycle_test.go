@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1051,8 +1052,12 @@ func benchWindows(n, window int, f func(i int)) (first, last, total time.Duratio
 func benchReport(b *testing.B, what string, first, last, total time.Duration, n, window int) {
 	per := func(d time.Duration, k int) float64 { return float64(d.Nanoseconds()) / float64(k*b.N) }
 	b.ReportMetric(per(total, n), "ns/"+what)
-	b.ReportMetric(per(first, window), fmt.Sprintf("ns/%s-first%dk", what, window/1000))
-	b.ReportMetric(per(last, window), fmt.Sprintf("ns/%s-last%dk", what, window/1000))
+	w := strconv.Itoa(window)
+	if window%1000 == 0 {
+		w = strconv.Itoa(window/1000) + "k"
+	}
+	b.ReportMetric(per(first, window), "ns/"+what+"-first"+w)
+	b.ReportMetric(per(last, window), "ns/"+what+"-last"+w)
 }
 
 func benchWindow(n int) int { return max(1, min(10_000, n/10)) }
