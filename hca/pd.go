@@ -89,15 +89,25 @@ func (p *PD) RegMR(buf []byte, access verbs.AccessFlags) (*MR, error) {
 	return &MR{MR: m, pd: p}, nil
 }
 
-// Dereg deregisters the region (ibv_dereg_mr).
+// Dereg deregisters the region (ibv_dereg_mr). When it returns, no packet
+// reads or writes the region any more: the transport's lookups of its keys
+// fail from the moment it is deregistered, and Dereg waits for those that
+// succeeded before to finish with the memory. A request that needs the
+// region afterwards fails as IBTA says (a remote access error NAK for a
+// peer's READ, WRITE or ATOMIC; a local protection error for a send
+// gathering from it).
 func (m *MR) Dereg() error {
 	d := m.pd.dev
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err := d.mrs.Deregister(m.MR); err != nil {
+		d.mu.Unlock()
 		return err
 	}
 	m.pd.refs--
+	d.mu.Unlock()
+	if d.eng != nil {
+		d.eng.Quiesce()
+	}
 	return nil
 }
 
@@ -331,7 +341,11 @@ func (p *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 		OnEvent: func(_ *qp.QP, t verbs.EventType) {
 			d.ev.raise(AsyncEvent{Type: t, QP: w})
 		},
-		Engine: d.eng,
+		Engine:          d.eng,
+		Resolve:         d.resolve,
+		ActiveMTU:       d.cfg.PortAttr.ActiveMTU,
+		RxeRetryCompat:  d.cfg.RxeRetryCompat,
+		UDOversizeError: d.cfg.UDOversizeError,
 	})
 	if err != nil {
 		d.counts.qp--
@@ -339,7 +353,6 @@ func (p *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 	}
 	w.QP = q
 	d.qps[qpn] = w
-	d.publishQPsLocked()
 	p.refs++
 	return w, nil
 }
@@ -375,7 +388,9 @@ func (q *QP) PD() *PD { return q.pd }
 // Destroy destroys the QP (ibv_destroy_qp): EBUSY while it is attached to
 // a multicast group; otherwise it waits until every asynchronous event
 // taken for it was acknowledged, or ctx is done (then nothing is
-// destroyed).
+// destroyed). When it returns, nothing queued for the QP runs any more
+// (qp.QP.Destroy). The device's lock is not held while it waits, so the
+// rest of the device keeps working meanwhile.
 func (q *QP) Destroy(ctx context.Context) error {
 	d := q.pd.dev
 	// EBUSY comes first: the kernel refuses before libibverbs waits.
@@ -385,17 +400,13 @@ func (q *QP) Destroy(ctx context.Context) error {
 	if groups > 0 {
 		return verbs.Errorf("destroy_qp", syscall.EBUSY, "QP %#x is attached to %d multicast groups", q.Num(), groups)
 	}
-	if err := q.Events().Wait(ctx); err != nil {
-		return err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err := q.QP.Destroy(ctx); err != nil {
 		return err
 	}
 	d.ev.purge(func(e *AsyncEvent) bool { return e.QP == q })
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	delete(d.qps, q.Num())
-	d.publishQPsLocked()
 	d.counts.qp--
 	q.pd.refs--
 	return nil

@@ -293,3 +293,11 @@ type TMInfo struct {
 	Tag  uint64
 	Priv uint32
 }
+
+// RecvWQE is a receive work request as the transport takes it from a
+// receive queue or a shared receive queue: its ID and its scatter list.
+// Taking one copies the scatter list into SGL, reusing its backing array.
+type RecvWQE struct {
+	WRID uint64
+	SGL  []SGE
+}
