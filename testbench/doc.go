@@ -1,0 +1,3 @@
+// Package testbench is a packet testbench for softhca, in the manner of
+// gVisor's packetimpact.
+package testbench
