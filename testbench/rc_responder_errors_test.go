@@ -93,6 +93,7 @@ func (e *errEnv) bad(t *testing.T, p Pkt) wire.PSN {
 // Invalid Request (class C: RESPST_ERR_MISSING_OPCODE_FIRST and
 // RESPST_ERR_MISSING_OPCODE_LAST_C).
 func TestRCOpcodeSequenceErrors(t *testing.T) {
+	t.Parallel()
 	mtu := 1024
 	cases := []respErrCase{
 		{name: "SendMiddleWithoutFirst", send: func(t *testing.T, e *errEnv) wire.PSN {
@@ -134,7 +135,7 @@ func TestRCOpcodeSequenceErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		tc.code = wire.NAKInvalidRequest
-		t.Run(tc.name, func(t *testing.T) { runRespErr(t, tc) })
+		t.Run(tc.name, func(t *testing.T) { t.Parallel(); runRespErr(t, tc) })
 	}
 }
 
@@ -144,6 +145,7 @@ func TestRCOpcodeSequenceErrors(t *testing.T) {
 // length (ONLY: exactly; LAST: what is left). A violation is an Invalid
 // Request (RESPST_ERR_LENGTH, class C).
 func TestRCLengthErrors(t *testing.T) {
+	t.Parallel()
 	mtu := 1024
 	cases := []respErrCase{
 		{name: "SendOnlyLongerThanPathMTU", send: func(t *testing.T, e *errEnv) wire.PSN {
@@ -189,7 +191,7 @@ func TestRCLengthErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		tc.code = wire.NAKInvalidRequest
-		t.Run(tc.name, func(t *testing.T) { runRespErr(t, tc) })
+		t.Run(tc.name, func(t *testing.T) { t.Parallel(); runRespErr(t, tc) })
 	}
 }
 
@@ -199,6 +201,7 @@ func TestRCLengthErrors(t *testing.T) {
 // access; otherwise a Remote Access Error NAK (RESPST_ERR_RKEY_VIOLATION,
 // class C), and nothing is written.
 func TestRCRKeyErrors(t *testing.T) {
+	t.Parallel()
 	atomic := func(e *errEnv, va uint64, rkey uint32) Pkt {
 		return Pkt{Op: wire.RCFetchAdd, AtomicETH: &wire.AtomicETHFields{VirtualAddress: va, RKey: rkey, SwapAddData: 1}}
 	}
@@ -288,7 +291,7 @@ func TestRCRKeyErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		tc.code = wire.NAKRemoteAccessError
-		t.Run(tc.name, func(t *testing.T) { runRespErr(t, tc) })
+		t.Run(tc.name, func(t *testing.T) { t.Parallel(); runRespErr(t, tc) })
 	}
 }
 
@@ -299,6 +302,7 @@ func TestRCRKeyErrors(t *testing.T) {
 // aligned (IBTA 9.4.5) are Invalid Requests (class C), whatever the
 // memory region allows.
 func TestRCInvalidOperations(t *testing.T) {
+	t.Parallel()
 	noAccess := func(a verbs.AccessFlags) func(*QPConfig) {
 		return func(q *QPConfig) { q.Access &^= a }
 	}
@@ -328,7 +332,7 @@ func TestRCInvalidOperations(t *testing.T) {
 	}
 	for _, tc := range cases {
 		tc.code = wire.NAKInvalidRequest
-		t.Run(tc.name, func(t *testing.T) { runRespErr(t, tc) })
+		t.Run(tc.name, func(t *testing.T) { t.Parallel(); runRespErr(t, tc) })
 	}
 }
 
@@ -340,6 +344,7 @@ func TestRCInvalidOperations(t *testing.T) {
 // IBV_WC_REM_INV_REQ_ERR, the requester gets an Invalid Request NAK, and
 // the QP moves to the error state.
 func TestRCSendWithInvalidateOrdinaryMR(t *testing.T) {
+	t.Parallel()
 	runRespErr(t, respErrCase{
 		name: "SendOnlyWithInvalidate", code: wire.NAKInvalidRequest, inProgress: verbs.WCRemInvReqErr,
 		send: func(t *testing.T, e *errEnv) wire.PSN {

@@ -15,6 +15,7 @@ import (
 // the receive WQE, and a packet with AckReq is acknowledged with an ACK of
 // its PSN whose MSN counts the completed message.
 func TestRCSendOnlyLandsAndIsAcked(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t)
 	mem := tb.Mem(t, 256, AllAccess)
@@ -37,6 +38,7 @@ func TestRCSendOnlyLandsAndIsAcked(t *testing.T) {
 // scattered in order over the receive WQE's elements, and one ACK (on the
 // LAST, which carries AckReq) acknowledges the message.
 func TestRCMultiPacketSendScatters(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t)
 	mtu := c.MTU()
@@ -61,6 +63,7 @@ func TestRCMultiPacketSendScatters(t *testing.T) {
 // receive with IBV_WC_WITH_IMM and the immediate data, and a SEND ONLY
 // with no payload completes a zero-length receive.
 func TestRCSendImmediateAndZeroLength(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t)
 	mem := tb.Mem(t, 64, AllAccess)
@@ -83,6 +86,7 @@ func TestRCSendImmediateAndZeroLength(t *testing.T) {
 // IBTA 9.4.2 (RDMA WRITE): a WRITE ONLY lands at the RETH's virtual
 // address, is acknowledged, and consumes no receive WQE.
 func TestRCWriteOnlyLands(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t)
 	mem := tb.Mem(t, 512, AllAccess)
@@ -107,6 +111,7 @@ func TestRCWriteOnlyLands(t *testing.T) {
 // IBTA 9.4.2: a multi-packet WRITE (RETH on the FIRST only) lands
 // byte-exact; one ACK acknowledges it.
 func TestRCMultiPacketWriteLands(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t)
 	mtu := c.MTU()
@@ -124,6 +129,7 @@ func TestRCMultiPacketWriteLands(t *testing.T) {
 // consumes a receive WQE, completed as IBV_WC_RECV_RDMA_WITH_IMM with the
 // immediate data and the DMA length.
 func TestRCWriteWithImmediateCompletesReceive(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t)
 	mem := tb.Mem(t, 256, AllAccess)
@@ -146,6 +152,7 @@ func TestRCWriteWithImmediateCompletesReceive(t *testing.T) {
 // byte-exact and the LAST padded; the request consumed three PSNs, so the
 // next request is expected at PSN+3.
 func TestRCReadResponses(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t)
 	mtu := c.MTU()
@@ -173,6 +180,7 @@ func TestRCReadResponses(t *testing.T) {
 // not required to set an addr or rkey", rxe check_rkey) and is answered by
 // one empty READ RESPONSE ONLY.
 func TestRCZeroLengthRead(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t)
 	psn := c.SendPSN
@@ -186,6 +194,7 @@ func TestRCZeroLengthRead(t *testing.T) {
 // ACKNOWLEDGE at the request's PSN; COMPARE_SWAP swaps only when the
 // word equals the compare value, and returns the original either way.
 func TestRCAtomics(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t)
 	mem := tb.Mem(t, 64, AllAccess)
@@ -210,9 +219,11 @@ func TestRCAtomics(t *testing.T) {
 
 // IBTA 9.7.5.1.1 (coalesced acknowledges), 9.2 (AckReq), 9.3.5 (MSN).
 func TestRCAckCoalescing(t *testing.T) {
+	t.Parallel()
 	// A request without AckReq is executed but not acknowledged on its
 	// own: the responder sends nothing (rxe acknowledge(): bth_ack).
 	t.Run("NoACKWithoutAckReq", func(t *testing.T) {
+		t.Parallel()
 		tb := New(t)
 		c := tb.NewRC(t)
 		mem := tb.Mem(t, 64, AllAccess)
@@ -226,6 +237,7 @@ func TestRCAckCoalescing(t *testing.T) {
 	// One ACK of PSN n acknowledges every request up to n: three SENDs,
 	// only the last with AckReq, get exactly one ACK whose MSN is 3.
 	t.Run("OneACKCoversEarlierPSNs", func(t *testing.T) {
+		t.Parallel()
 		tb := New(t)
 		c := tb.NewRC(t)
 		mem := tb.Mem(t, 64, AllAccess)
@@ -244,6 +256,7 @@ func TestRCAckCoalescing(t *testing.T) {
 	// the FIRST packet of a SEND carries the MSN before the message, the
 	// ACK of its LAST packet one more.
 	t.Run("MSNCountsCompletedMessages", func(t *testing.T) {
+		t.Parallel()
 		tb := New(t)
 		c := tb.NewRC(t)
 		mtu := c.MTU()
@@ -267,6 +280,7 @@ func TestRCAckCoalescing(t *testing.T) {
 // is executed; after the gap is filled, a new gap gets a new NAK (rxe
 // check_psn: sent_psn_nak).
 func TestRCSequenceError(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t)
 	mem := tb.Mem(t, 64, AllAccess)
@@ -308,6 +322,7 @@ func TestRCSequenceError(t *testing.T) {
 // (with the last PSN acknowledged) but not executed again: no receive
 // WQE is consumed and no memory written.
 func TestRCDuplicateSendAndWriteReAcked(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t)
 	mem := tb.Mem(t, 128, AllAccess)
@@ -339,6 +354,7 @@ func TestRCDuplicateSendAndWriteReAcked(t *testing.T) {
 // and a duplicate naming a later PSN of the READ gets only the responses
 // from that PSN on.
 func TestRCDuplicateReadAnsweredFromMemory(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t)
 	mtu := c.MTU()
@@ -368,6 +384,7 @@ func TestRCDuplicateReadAnsweredFromMemory(t *testing.T) {
 // resources, max_dest_rd_atomic) and the memory keeps the value of the
 // single execution.
 func TestRCDuplicateAtomicReplayed(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t)
 	mem := tb.Mem(t, 16, AllAccess)
@@ -390,6 +407,7 @@ func TestRCDuplicateAtomicReplayed(t *testing.T) {
 // consumes nothing, and leaves the expected PSN where it was: the same
 // SEND is accepted once a receive is posted.
 func TestRCRNRNAK(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t, func(q *QPConfig) { q.MinRNRTimer = 14 })
 	mem := tb.Mem(t, 64, AllAccess)
@@ -413,6 +431,7 @@ func TestRCRNRNAK(t *testing.T) {
 // IBTA 9.7.1: PSNs are 24 bits and wrap from 0xFFFFFF to 0; a message
 // crossing the wrap is received in sequence.
 func TestRCPSNWraps(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t, func(q *QPConfig) { q.RQPSN = 0xffffff })
 	mtu := c.MTU()
@@ -430,6 +449,7 @@ func TestRCPSNWraps(t *testing.T) {
 // IBTA 10.3.1 (RTR: the responder is active): a QP in RTR executes and
 // acknowledges requests before it is moved to RTS.
 func TestRCResponderInRTR(t *testing.T) {
+	t.Parallel()
 	tb := New(t)
 	c := tb.NewRC(t, func(q *QPConfig) { q.State = verbs.QPStateRTR })
 	mem := tb.Mem(t, 64, AllAccess)
