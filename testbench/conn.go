@@ -19,7 +19,8 @@ type QPConfig struct {
 	SQSigAll bool
 	// PD is the QP's protection domain; nil is the testbench's.
 	PD *hca.PD
-	// State is the state to bring the QP to: INIT, RTR or RTS.
+	// State is the state to bring the QP to: RESET (as created), INIT, RTR
+	// or RTS.
 	State verbs.QPState
 
 	Access          verbs.AccessFlags // qp_access_flags (RC, UC)

@@ -34,6 +34,9 @@ type respErrCase struct {
 	inProgress verbs.WCStatus
 	// untouched: the target memory must not have been written.
 	untouched bool
+	// recvLen is the length of each of the two receive buffers (default
+	// 4096).
+	recvLen int
 }
 
 func runRespErr(t *testing.T, tc respErrCase) {
@@ -45,9 +48,13 @@ func runRespErr(t *testing.T, tc respErrCase) {
 	c := tb.NewRC(t, opts...)
 	e := &errEnv{tb: tb, c: c, mem: tb.Mem(t, 4096, AllAccess)}
 	fill(e.mem.Buf, 0xee)
-	recv := tb.Mem(t, 2*4096, AllAccess)
-	c.PostRecv(t, 1, recv.SGE(0, 4096))
-	c.PostRecv(t, 2, recv.SGE(4096, 4096))
+	n := tc.recvLen
+	if n == 0 {
+		n = 4096
+	}
+	recv := tb.Mem(t, 2*n, AllAccess)
+	c.PostRecv(t, 1, recv.SGE(0, n))
+	c.PostRecv(t, 2, recv.SGE(n, n))
 
 	bad := tc.send(t, e)
 	c.Expect(t, NAK(tc.code, bad))
@@ -193,6 +200,39 @@ func TestRCLengthErrors(t *testing.T) {
 		tc.code = wire.NAKInvalidRequest
 		t.Run(tc.name, func(t *testing.T) { t.Parallel(); runRespErr(t, tc) })
 	}
+}
+
+// IBTA 9.9.3 (class C), ibv_post_recv(3) ("a message longer than the
+// buffer: RC completes with a local length error"): a SEND that does not
+// fit the receive WQE completes it with IBV_WC_LOC_LEN_ERR, is NAKed as an
+// Invalid Request, and the QP moves to the error state.
+func TestRCSendLongerThanReceiveBuffer(t *testing.T) {
+	t.Parallel()
+	runRespErr(t, respErrCase{
+		name: "SendLongerThanReceiveBuffer", code: wire.NAKInvalidRequest, inProgress: verbs.WCLocLenErr, recvLen: 16,
+		send: func(t *testing.T, e *errEnv) wire.PSN {
+			return e.bad(t, Pkt{Op: wire.RCSendOnly, Payload: pattern(17, 1)})
+		},
+	})
+}
+
+// IBTA 10.3.1 / ibv_modify_qp(3): a QP moved to the error state by the
+// application completes every outstanding receive WR with a flush error,
+// the one a half-received SEND was filling included.
+func TestRCModifyToErrorFlushesReceiveInProgress(t *testing.T) {
+	t.Parallel()
+	tb := New(t)
+	c := tb.NewRC(t)
+	recv := tb.Mem(t, 8192, AllAccess)
+	c.PostRecv(t, 1, recv.SGE(0, 4096))
+	c.PostRecv(t, 2, recv.SGE(4096, 4096))
+	c.Send(t, Pkt{Op: wire.RCSendFirst, Payload: pattern(c.MTU(), 1)})
+	tb.Barrier(t)
+	require.NoError(t, c.QP.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.AttrState))
+	wcs := c.RecvCQ.Wait(t, 2)
+	got := RequireAllReturned(t, wcs, 1, 2)
+	require.Equal(t, verbs.WCWRFlushErr.String(), got[1].Status.String())
+	require.Equal(t, verbs.WCWRFlushErr.String(), got[2].Status.String())
 }
 
 // IBTA 9.7.5.1.x (R_Key validation), 10.6.3 (memory region access rights)

@@ -428,6 +428,29 @@ func TestRCRNRNAK(t *testing.T) {
 	require.Equal(t, "again", string(mem.Buf[:5]))
 }
 
+// IBTA 9.7.5.2.8, rxe check_resource (RDMA WRITE with Immediate needs a
+// receive WQE): with none posted it is answered with an RNR NAK and
+// nothing is written; once a receive is posted it is executed.
+func TestRCWriteWithImmediateRNR(t *testing.T) {
+	t.Parallel()
+	tb := New(t)
+	c := tb.NewRC(t, func(q *QPConfig) { q.MinRNRTimer = 3 })
+	mem := tb.Mem(t, 64, AllAccess)
+	fill(mem.Buf, 0xee)
+	psn := c.SendPSN
+	req := Pkt{Op: wire.RCRDMAWriteOnlyWithImm, AckReq: true, Imm: 8, RETH: mem.RETH(0, 4), Payload: []byte("data")}
+	c.Send(t, req)
+	c.Expect(t, RNRNAK(3, psn))
+	tb.ExpectNothing(t)
+	untouched(t, mem.Buf, 0xee)
+	c.PostRecv(t, 1)
+	req.PSN = psnp(psn)
+	c.Send(t, req)
+	c.Expect(t, ACK(psn).WithMSN(1))
+	RequireWC(t, c.RecvCQ.Next(t), 1, verbs.WCSuccess, verbs.WCRecvRDMAWithImm)
+	require.Equal(t, "data", string(mem.Buf[:4]))
+}
+
 // IBTA 9.7.1: PSNs are 24 bits and wrap from 0xFFFFFF to 0; a message
 // crossing the wrap is received in sequence.
 func TestRCPSNWraps(t *testing.T) {
