@@ -146,9 +146,10 @@ func TestRCWriteWithImmediateCompletesReceive(t *testing.T) {
 	require.Equal(t, msg, mem.Buf[16:16+len(msg)])
 }
 
-// IBTA 9.4.3 (RDMA READ), 9.3.5, 9.7.1: a READ of 2.5 MTUs is answered
-// with READ RESPONSE FIRST, MIDDLE and LAST at the request's PSN and the
-// two after it, the AETH (ACK, MSN 1) on FIRST and LAST only, the data
+// IBTA 9.4.3 (RDMA READ), 9.3.5, 9.7.1, C9-148 (the MSN counts a READ
+// when it is accepted, as rxe's execute() cites): a READ of 2.5 MTUs is
+// answered with READ RESPONSE FIRST, MIDDLE and LAST at the request's PSN
+// and the two after it, the AETH (ACK, MSN 1) on FIRST and LAST only, the data
 // byte-exact and the LAST padded; the request consumed three PSNs, so the
 // next request is expected at PSN+3.
 func TestRCReadResponses(t *testing.T) {

@@ -384,7 +384,9 @@ func TestRequesterAtomics(t *testing.T) {
 // remote access error, invalid request or remote operational error
 // completes the NAKed WR with IBV_WC_REM_ACCESS_ERR,
 // IBV_WC_REM_INV_REQ_ERR or IBV_WC_REM_OP_ERR, moves the QP to the error
-// state, and flushes the later WRs; nothing more is sent.
+// state, and flushes the later WRs; nothing more is sent. Unsignaled WRs
+// complete too: "if a completion error occurs, a Work Completion will
+// always be generated" (IBTA 10.7.3.1, as quoted in rxe_comp.c).
 func TestRequesterNAKErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -398,11 +400,13 @@ func TestRequesterNAKErrors(t *testing.T) {
 		t.Run(tc.status.String(), func(t *testing.T) {
 			t.Parallel()
 			tb := New(t)
-			c := tb.NewRC(t)
+			c := tb.NewRC(t, func(q *QPConfig) { q.SQSigAll = false })
 			src := tb.Mem(t, 64, AllAccess)
-			c.PostSend(t, &verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+			c.PostSend(t, &verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite,
 				SGList: []verbs.SGE{src.SGE(0, 8)}, RDMA: verbs.RDMAInfo{RemoteAddr: 0x1000, RKey: 1}})
-			c.PostSend(t, sendWR(2, src.SGE(8, 8)))
+			unsignaled := sendWR(2, src.SGE(8, 8))
+			unsignaled.SendFlags = 0
+			c.PostSend(t, unsignaled)
 			c.PostSend(t, sendWR(3, src.SGE(16, 8)))
 			p := c.ExpectReq(t, Op(wire.RCRDMAWriteOnly)).PSN()
 			c.ExpectReq(t, Op(wire.RCSendOnly))
