@@ -25,6 +25,7 @@ const (
 	DropDuplicate         = "duplicate request"
 	DropOutOfSequence     = "out-of-sequence request (NAKed)"
 	DropRNR               = "no receive WQE (RNR NAKed)"
+	DropDuplicateAck      = "duplicate acknowledgement"
 )
 
 // Parse drop counters are named "parse: " and the wire.DropReason.

@@ -146,7 +146,7 @@ func TestRequesterDuplicateACKIgnored(t *testing.T) {
 	p2 := c.ExpectReq(t, Op(wire.RCSendOnly)).PSN()
 	c.Ack(t, p1)
 	RequireWC(t, c.SendCQ.Next(t), 1, verbs.WCSuccess, verbs.WCSend)
-	tb.ExpectDropped(t, DropStaleResponse, func() { c.Ack(t, p1) })
+	tb.ExpectDropped(t, DropDuplicateAck, func() { c.Ack(t, p1) })
 	c.SendCQ.RequireEmpty(t)
 	c.Ack(t, p2)
 	RequireWC(t, c.SendCQ.Next(t), 2, verbs.WCSuccess, verbs.WCSend)
