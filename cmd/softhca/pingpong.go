@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/softhca/softhca/internal/pingpong"
+	"github.com/softhca/softhca/cmd/softhca/internal/pingpong"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
 )
