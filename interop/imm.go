@@ -18,7 +18,6 @@ import (
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/link/udp"
-	"github.com/softhca/softhca/qp"
 	"github.com/softhca/softhca/verbs"
 )
 
@@ -95,7 +94,7 @@ type ImmConfig struct {
 // ImmResult is what the softhca side saw.
 type ImmResult struct {
 	// Transport and Link are the softhca device's counters after the run.
-	Transport qp.Stats
+	Transport hca.Stats
 	Link      link.Stats
 }
 

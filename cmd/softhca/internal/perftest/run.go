@@ -16,7 +16,6 @@ import (
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/link/udp"
-	"github.com/softhca/softhca/qp"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
 )
@@ -63,7 +62,7 @@ type Result struct {
 	// order.
 	Transcript []int
 	// Stats are the device's transport counters once it is closed.
-	Stats qp.Stats
+	Stats hca.Stats
 }
 
 // cacheLineSize is softhca's cache line size for check_sys_data (what
