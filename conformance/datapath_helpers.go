@@ -117,9 +117,9 @@ func (s *dpSide) AH(t *T, peer *dpSide) AH {
 }
 
 // Diag describes the device's transport counters if the target offers
-// them.
+// them (TransportDiagnoser).
 func (s *dpSide) Diag() string {
-	if d, ok := s.D.(interface{ TransportDiag() string }); ok {
+	if d, ok := s.D.(TransportDiagnoser); ok {
 		return s.Name + ": " + d.TransportDiag()
 	}
 	return ""
