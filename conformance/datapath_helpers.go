@@ -243,6 +243,7 @@ func dpToRTR(t *T, s *dpSide, q QP, o dpOpts, dgid verbs.GID, destQPN uint32) {
 		mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
 	case verbs.QPTypeUC:
 		mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+	case verbs.QPTypeUD, verbs.QPTypeRawPacket: // the state alone
 	}
 	ExpectOK(t, q.Modify(&rtr, mask), s.Name+": modify to RTR")
 }
