@@ -61,7 +61,7 @@ func parseImmDest(b []byte) (immDest, error) {
 	for i := range vals {
 		v, err := strconv.ParseUint(f[i], 16, 64)
 		if err != nil {
-			return d, fmt.Errorf("connection line %q: %v", b, err)
+			return d, fmt.Errorf("connection line %q: %w", b, err)
 		}
 		vals[i] = v
 	}

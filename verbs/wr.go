@@ -248,8 +248,10 @@ func WCOpcodeFor(o WROpcode) WCOpcode {
 		return WCLocalInv
 	case WRBindMW:
 		return WCBindMW
+	case WRSend, WRSendWithImm, WRSendWithInv:
+		return WCSend
 	}
-	return WCSend
+	return WCSend // not a send work request opcode
 }
 
 // WCFlags qualify a completion (enum ibv_wc_flags).

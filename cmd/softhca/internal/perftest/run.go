@@ -114,7 +114,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer s.close()
 	if err := s.run(ctx); err != nil {
 		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-			err = fmt.Errorf("%w (%v)", err, ctx.Err())
+			err = fmt.Errorf("%w (%w)", err, ctx.Err())
 		}
 		return s.res, err
 	}

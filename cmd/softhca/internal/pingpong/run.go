@@ -411,6 +411,7 @@ func (s *session) createQPs(port uint8) error {
 	c := &s.cfg
 	typ := verbs.QPTypeRC
 	switch c.Mode {
+	case RC, SRQ: // RC QPs
 	case UC:
 		typ = verbs.QPTypeUC
 	case UD:
