@@ -2,6 +2,7 @@ package cq
 
 import (
 	"context"
+	"errors"
 	"syscall"
 
 	"github.com/softhca/softhca/verbs"
@@ -35,7 +36,7 @@ func (e *InterruptedError) Unwrap() []error {
 		&verbs.Error{Op: e.Op, Errno: syscall.EINTR, Msg: "interrupted: " + e.Err.Error()},
 		e.Err,
 	}
-	if e.Cause != nil && e.Cause != e.Err {
+	if e.Cause != nil && !errors.Is(e.Cause, e.Err) {
 		errs = append(errs, e.Cause)
 	}
 	return errs

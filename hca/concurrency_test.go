@@ -64,7 +64,7 @@ func TestConcurrencySafety(t *testing.T) {
 			for i, ok := 0, 0; ok < postsPerPoster; i++ {
 				q := qps[rng.IntN(nQP)]
 				id := uint64(p)<<32 | uint64(i)
-				sge := []verbs.SGE{mr.SGE(int(i%64)*1024, 64)}
+				sge := []verbs.SGE{mr.SGE((i%64)*1024, 64)}
 				var err error
 				if rng.IntN(2) == 0 {
 					_, err = q.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WRSend, SGList: sge})

@@ -171,7 +171,7 @@ func (d *Device) Close() error {
 		d.eng.Sync()
 	}
 	for _, q := range qps {
-		_ = q.QP.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.AttrState) // fails only if destroyed meanwhile
+		_ = q.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.AttrState) // fails only if destroyed meanwhile
 	}
 	if d.eng != nil {
 		return d.eng.Close()

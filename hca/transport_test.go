@@ -159,6 +159,7 @@ func connect(t testing.TB, a, b *side, typ verbs.QPType, mtu verbs.MTU) {
 			mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
 		case verbs.QPTypeUC:
 			mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+		default: // UD: the state alone
 		}
 		require.NoError(t, me.qp.Modify(&rtr, mask))
 		rts := verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 8}

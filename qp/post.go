@@ -33,7 +33,7 @@ const knownSendFlags = verbs.SendFence | verbs.SendSignaled | verbs.SendSolicite
 // RTS; in SQE and ERR it is accepted and completed with
 // IBV_WC_WR_FLUSH_ERR.
 func (q *QP) PostSend(wr *verbs.SendWR) (*verbs.SendWR, error) {
-	bad, err, ring := q.postSend(wr)
+	bad, ring, err := q.postSend(wr)
 	switch ring {
 	case ringIdle:
 		q.h.Ring() // outside the QP's lock: may run the requester here
@@ -57,17 +57,18 @@ const (
 	ringBusy          // the transport still has earlier requests
 )
 
-func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, err error, ring doorbell) {
+func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, ring doorbell, err error) {
 	const op = "post_send"
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.life != alive {
-		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x is destroyed", q.num), ringNone
+		return wr, ringNone, verbs.Errorf(op, syscall.EINVAL, "QP %#x is destroyed", q.num)
 	}
 	st := q.attr.QPState
 	switch st {
 	case verbs.QPStateReset, verbs.QPStateInit, verbs.QPStateRTR:
-		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x is in %s", q.num, st), ringNone
+		return wr, ringNone, verbs.Errorf(op, syscall.EINVAL, "QP %#x is in %s", q.num, st)
+	default: // RTS, SQD, SQE, ERR accept posts
 	}
 	bad = wr
 	posted := 0
@@ -100,8 +101,9 @@ func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, err error, ring door
 		default:
 			ring = ringBusy
 		}
+	default: // SQD holds the work until RTS
 	}
-	return bad, err, ring
+	return bad, ring, err
 }
 
 // validateSend checks one send work request against the QP's type and

@@ -102,6 +102,7 @@ func (tb *Testbench) newQP(t testing.TB, cfg *QPConfig) (*hca.QP, *CQ, *CQ) {
 		mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
 	case verbs.QPTypeUC:
 		mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+	default: // UD: the state alone
 	}
 	require.NoError(t, q.Modify(&rtr, mask))
 	if cfg.State == verbs.QPStateRTR {

@@ -300,7 +300,7 @@ func (tb *Testbench) NewCQ(t testing.TB) *CQ {
 func (c *CQ) take(n int) []verbs.WC {
 	buf := make([]verbs.WC, 64)
 	for len(c.pending) < n {
-		k := c.CQ.Poll(buf)
+		k := c.Poll(buf)
 		if k == 0 {
 			break
 		}

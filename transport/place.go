@@ -51,11 +51,7 @@ const (
 // scatter copies src into the scatter list sgl from offset off. It checks
 // that everything fits before it copies anything.
 func scatter(mem Memory, pd uint32, sgl []verbs.SGE, off uint32, src []byte) scatterResult {
-	var room uint64
-	for _, sge := range sgl {
-		room += uint64(sge.Length)
-	}
-	if uint64(off)+uint64(len(src)) > room {
+	if uint64(off)+uint64(len(src)) > sglLength(sgl) {
 		return scatterTooLong
 	}
 	for _, sge := range sgl {

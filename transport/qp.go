@@ -300,6 +300,7 @@ func transportOf(t verbs.QPType) wire.Transport {
 		return wire.TransportUC
 	case verbs.QPTypeUD:
 		return wire.TransportUD
+	default:
+		return wire.TransportRC
 	}
-	return wire.TransportRC
 }

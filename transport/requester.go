@@ -372,6 +372,7 @@ func opcodeFor(t verbs.QPType, w *SendWQE, pos wire.Position) wire.OpCode {
 					return wire.RCSendOnlyWithInvalidate
 				}
 				return wire.RCSendLastWithInvalidate
+			default: // SEND: Last/Only
 			}
 		}
 	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
@@ -386,6 +387,7 @@ func opcodeFor(t verbs.QPType, w *SendWQE, pos wire.Position) wire.OpCode {
 		return wire.RCCompareSwap
 	case verbs.WRAtomicFetchAndAdd:
 		return wire.RCFetchAdd
+	default: // LOCAL_INV and BIND_MW are refused when posted
 	}
 	return base | low
 }

@@ -263,8 +263,9 @@ func accessFor(k wire.Kind) verbs.AccessFlags {
 		return verbs.AccessRemoteRead
 	case wire.KindCompareSwap, wire.KindFetchAdd:
 		return verbs.AccessRemoteAtomic
+	default:
+		return 0
 	}
-	return 0
 }
 
 // send places one SEND packet: the First packet chooses the destination
@@ -616,6 +617,7 @@ func (r *Responder) duplicate(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 		// Too old to be remembered: nothing to replay (rxe: class D,
 		// dropped).
 		return
+	default: // SEND, WRITE: acknowledged again
 	}
 	r.ackOwed, r.ackPSN = true, r.epsn.Sub(1)
 	fx.Run = true
