@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"github.com/softhca/softhca/cq"
 	"github.com/softhca/softhca/transport"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
@@ -116,3 +117,9 @@ func (q *QP) syncParamsLocked() {
 		p.MTU = uint32(mtu.Bytes())
 	}
 }
+
+// cqSink is a CQ as the transport pushes to it: by value, so that a
+// completion pushed through the interface does not escape to the heap.
+type cqSink struct{ c *cq.CQ }
+
+func (s cqSink) Push(wc verbs.WC, solicited bool) bool { return s.c.Push(&wc, solicited) }

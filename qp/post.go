@@ -77,8 +77,8 @@ func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, ring doorbell, err e
 			bad = wr
 			break
 		}
-		if q.sq.Full() {
-			bad, err = wr, verbs.Errorf(op, syscall.ENOMEM, "QP %#x: wr_id %#x: send queue is full (max_send_wr %d)", q.num, wr.WRID, q.sq.Cap())
+		if q.sq.Len()-q.tp.Internal() >= int(q.cfg.Cap.MaxSendWR) || q.sq.Full() {
+			bad, err = wr, verbs.Errorf(op, syscall.ENOMEM, "QP %#x: wr_id %#x: send queue is full (max_send_wr %d)", q.num, wr.WRID, q.cfg.Cap.MaxSendWR)
 			break
 		}
 		if err = q.pushSendLocked(wr); err != nil {
@@ -251,20 +251,7 @@ func validateRecv(q *QP, wr *verbs.RecvWR) error {
 // not they were signaled.
 //
 // Preconditions: q.mu is held.
-func (q *QP) flushSendLocked() {
-	for q.sq.Len() > 0 {
-		w := q.sq.At(0)
-		wc := verbs.WC{
-			WRID:   w.WR.WRID,
-			Status: verbs.WCWRFlushErr,
-			Opcode: verbs.WCOpcodeFor(w.WR.Opcode),
-			QPNum:  q.num,
-		}
-		*w = transport.SendWQE{}
-		q.sq.Drop(1)
-		q.sendCQ.Push(&wc, false)
-	}
-}
+func (q *QP) flushSendLocked() { q.tp.FlushSend() }
 
 // flushRecvLocked completes every queued receive request with
 // IBV_WC_WR_FLUSH_ERR, oldest first.

@@ -150,6 +150,9 @@ func New(cfg Config) (*QP, error) {
 	}
 	cfg.Cap = c
 	maxInline := int(c.MaxInlineData)
+	// The send queue's ring also holds the requests the transport issues
+	// on its own (transport.QP.Issue).
+	slots := int(c.MaxSendWR) + transport.InternalSlots
 	q := &QP{
 		num:      cfg.QPN,
 		typ:      cfg.Type,
@@ -160,14 +163,14 @@ func New(cfg Config) (*QP, error) {
 		ctx:      cfg.Context,
 		sigAll:   cfg.SQSigAll,
 		cfg:      cfg,
-		sq:       ring.New[transport.SendWQE](int(c.MaxSendWR)),
-		sqSGE:    make([]verbs.SGE, int(c.MaxSendWR)*int(c.MaxSendSGE)),
-		sqInline: make([]byte, int(c.MaxSendWR)*maxInline),
+		sq:       ring.New[transport.SendWQE](slots),
+		sqSGE:    make([]verbs.SGE, slots*int(c.MaxSendSGE)),
+		sqInline: make([]byte, slots*maxInline),
 		rq:       srq.NewQueue(int(c.MaxRecvWR), int(c.MaxRecvSGE)),
 	}
 	q.attr = q.defaultAttr()
 	q.tp.SQ = &q.sq
-	q.tp.SendCQ, q.tp.RecvCQ = cfg.SendCQ, cfg.RecvCQ
+	q.tp.SendCQ, q.tp.RecvCQ = cqSink{cfg.SendCQ}, cqSink{cfg.RecvCQ}
 	if cfg.SRQ != nil {
 		q.tp.RQ = cfg.SRQ
 	} else {

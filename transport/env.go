@@ -29,12 +29,13 @@ type Memory interface {
 	Lookup(key, pd uint32, va uint64, n uint32, need verbs.AccessFlags) ([]byte, bool)
 }
 
-// CQ is where completions go. cq.CQ implements it.
+// CQ is where completions go. The completion is passed by value, so that
+// pushing one through the interface allocates nothing.
 type CQ interface {
 	// Push appends a completion; solicited marks a completion of a
 	// message whose last packet had the Solicited Event bit. It reports
 	// false when the CQ overflowed (the CQ raises its own error).
-	Push(wc *verbs.WC, solicited bool) bool
+	Push(wc verbs.WC, solicited bool) bool
 }
 
 // RecvQueue is where the responder takes the receive WQEs that SEND

@@ -97,9 +97,12 @@ type QP struct {
 	RecvCQ CQ
 
 	state verbs.QPState
-	req   Requester
-	comp  Completer
-	resp  Responder
+	// internal counts the requests in SQ that the transport issued on
+	// its own (Issue).
+	internal int
+	req      Requester
+	comp     Completer
+	resp     Responder
 }
 
 // State returns the QP state the transport was last told of.
@@ -126,7 +129,10 @@ func (q *QP) SetState(next verbs.QPState, rqPSN, sqPSN uint32) {
 	q.state = next
 	switch next {
 	case verbs.QPStateReset:
+		// The queues are emptied without completions (IBTA 10.3.1), the
+		// transport's own requests too.
 		q.req, q.comp, q.resp = Requester{}, Completer{}, Responder{}
+		q.internal = 0
 	case verbs.QPStateInit:
 	case verbs.QPStateRTR:
 		if prev != verbs.QPStateRTR {
@@ -266,8 +272,57 @@ func (q *QP) SQDrainNotify() bool {
 	return false
 }
 
+// InternalSlots is how many requests of its own (Issue) the transport may
+// have in a QP's send queue at once; the qp package sizes the ring for
+// the application's max_send_wr plus these.
+const InternalSlots = 8
+
+// Internal returns how many requests in the send queue the transport
+// issued on its own: the rest are the application's, bounded by
+// max_send_wr.
+func (q *QP) Internal() int { return q.internal }
+
+// Issue queues a request the transport makes on its own behalf (the
+// rendezvous READ of a tag-matching SRQ fetches the sender's data this
+// way): it takes its PSNs in order with the application's requests and
+// is retried like them, but its outcome goes to done (called with the
+// QP's lock held, from a protocol call or a flush) instead of the send
+// CQ. The scatter list is the caller's and must stay valid until done is
+// called. It reports false, queueing nothing, when the requester is not
+// running or InternalSlots requests are already queued.
+func (q *QP) Issue(wr verbs.SendWR, sgl []verbs.SGE, done func(status verbs.WCStatus)) bool {
+	if q.req.state == RequesterInactive || q.internal >= InternalSlots || q.SQ.Full() || done == nil {
+		return false
+	}
+	w := q.SQ.PushSlot()
+	*w = SendWQE{WR: wr, SGL: sgl, done: done}
+	w.WR.Next, w.WR.SGList = nil, nil
+	q.internal++
+	return true
+}
+
+// FlushSend completes every queued send WQE with IBV_WC_WR_FLUSH_ERR,
+// oldest first, whether signaled or not (a QP entering ERR or SQE); the
+// transport's own requests learn it through their done.
+func (q *QP) FlushSend() {
+	for q.SQ.Len() > 0 {
+		w := q.SQ.At(0)
+		if w.done != nil {
+			q.internal--
+			w.done(verbs.WCWRFlushErr)
+		} else {
+			wc := verbs.WC{WRID: w.WR.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCOpcodeFor(w.WR.Opcode), QPNum: q.P.QPN}
+			q.SendCQ.Push(wc, false)
+		}
+		*w = SendWQE{}
+		q.SQ.Drop(1)
+	}
+	q.req.next, q.req.off = 0, 0
+}
+
 // completeHead completes the WQE at the head of the send queue: a
-// completion if it was signaled or failed, then it leaves the queue.
+// completion if it was signaled or failed (or its done, for the
+// transport's own), then it leaves the queue.
 func (q *QP) completeHead(status verbs.WCStatus) {
 	w := q.SQ.At(0)
 	r := &q.req
@@ -278,7 +333,11 @@ func (q *QP) completeHead(status verbs.WCStatus) {
 		// one stopped counting when it failed.
 		r.rdAtomic--
 	}
-	if w.Signaled || status != verbs.WCSuccess {
+	switch {
+	case w.done != nil:
+		q.internal--
+		w.done(status)
+	case w.Signaled || status != verbs.WCSuccess:
 		wc := verbs.WC{
 			WRID:    w.WR.WRID,
 			Status:  status,
@@ -286,7 +345,7 @@ func (q *QP) completeHead(status verbs.WCStatus) {
 			ByteLen: w.length,
 			QPNum:   q.P.QPN,
 		}
-		q.SendCQ.Push(&wc, false)
+		q.SendCQ.Push(wc, false)
 	}
 	r.headCompleted(q, w)
 	*w = SendWQE{}

@@ -88,7 +88,9 @@ type Responder struct {
 	// the next message.
 	recv     verbs.RecvWQE
 	haveRecv bool
-	recvOff  uint32
+	// recvUD is the receive WQE a UD message takes (reused).
+	recvUD  verbs.RecvWQE
+	recvOff uint32
 	// The RDMA WRITE in progress (from its First packet's RETH).
 	wr writeDest
 
@@ -128,7 +130,8 @@ func (r *Responder) setReply(s ReplyState, res int, psn wire.PSN) {
 
 // start prepares the responder on entry to RTR.
 func (r *Responder) start(q *QP, epsn wire.PSN) {
-	*r = Responder{epsn: epsn, res: make([]resource, max(1, int(q.P.MaxDestRdAtomic)))}
+	*r = Responder{epsn: epsn, res: make([]resource, max(1, int(q.P.MaxDestRdAtomic))), recv: r.recv, recvUD: r.recvUD}
+	r.recv.SGL, r.recvUD.SGL = r.recv.SGL[:0], r.recvUD.SGL[:0]
 	r.setState(ResponderIdle)
 }
 
@@ -690,7 +693,7 @@ func (r *Responder) completeRecv(q *QP, p *wire.Packet, op verbs.WCOpcode, n uin
 	}
 	r.haveRecv = false
 	fx.Delivered = true
-	q.RecvCQ.Push(&wc, p.BTH.SolicitedEvent())
+	q.RecvCQ.Push(wc, p.BTH.SolicitedEvent())
 }
 
 // completeInProgress completes the receive WQE a message in progress
@@ -701,7 +704,7 @@ func (r *Responder) completeInProgress(q *QP, status verbs.WCStatus) {
 	}
 	r.haveRecv = false
 	wc := verbs.WC{WRID: r.recv.WRID, Status: status, Opcode: verbs.WCRecv, QPNum: q.P.QPN}
-	q.RecvCQ.Push(&wc, false)
+	q.RecvCQ.Push(wc, false)
 }
 
 // takeInProgress hands out the receive WQE a message in progress holds.
@@ -791,8 +794,8 @@ func (r *Responder) receiveUD(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 		return
 	}
 	need := uint64(grhSize + len(p.Payload))
-	var wqe verbs.RecvWQE
-	taken, present := q.RQ.TakeIfFits(&wqe, need)
+	wqe := &r.recvUD
+	taken, present := q.RQ.TakeIfFits(wqe, need)
 	switch {
 	case !present:
 		env.Stats.Drop(DropUDNoReceive)
@@ -816,7 +819,7 @@ func (r *Responder) receiveUD(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 		wc = verbs.WC{WRID: wqe.WRID, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: q.P.QPN, SrcQP: p.DETH.SrcQP()}
 	}
 	fx.Delivered = true
-	q.RecvCQ.Push(&wc, p.BTH.SolicitedEvent())
+	q.RecvCQ.Push(wc, p.BTH.SolicitedEvent())
 }
 
 // grhSize is the GRH area at the start of every UD receive buffer.

@@ -384,14 +384,16 @@ func (w *worker) handleBatch() {
 	}
 }
 
-// deliver hands one packet to its QP, behind any it holds.
+// deliver hands one packet to its QP; a request goes behind the requests
+// the QP holds. Responses (ACKs, READ responses) belong to the QP's other
+// stream and pass.
 func (w *worker) deliver(h *Handle, rb *rxBuf) {
 	if h.detached {
 		w.e.c.Drop(DropDestroyed)
 		w.e.pool.put(rb)
 		return
 	}
-	if len(h.held) > 0 {
+	if len(h.held) > 0 && rb.p.Info().Request {
 		w.hold(h, rb)
 		return
 	}

@@ -26,6 +26,10 @@ type SendWQE struct {
 	// Dst is where a UD request goes (from its address handle).
 	Dst wire.Net
 
+	// done, for a request the transport issued on its own (QP.Issue),
+	// receives its outcome instead of the send CQ.
+	done func(status verbs.WCStatus)
+
 	state    WQEState
 	status   verbs.WCStatus // WQEFailed: how it completes
 	length   uint32         // message length
