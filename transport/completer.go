@@ -189,7 +189,9 @@ func (c *Completer) nak(q *QP, env *Env, psn wire.PSN, code wire.NAKCode, fx *Ef
 			r.retries--
 		}
 		r.goBack(q, env, psn)
-		if r.state == RequesterRNRWait {
+		if r.state == RequesterRNRWait || r.state == RequesterGoBack {
+			// This go-back covers the one a timer asked for: everything
+			// before psn is acknowledged now.
 			r.setState(RequesterSending)
 		}
 		fx.Run = true
