@@ -394,3 +394,34 @@ func TestCloseClosesTheLink(t *testing.T) {
 	require.NoError(t, wild.Send(nil), "still open: the caller's")
 	require.NoError(t, wild.Close())
 }
+
+// TestPollWaitDestroyed: a PollWait waiting (or spinning, with BusyPoll)
+// on a CQ that is destroyed returns EINVAL, as does one called after.
+func TestPollWaitDestroyed(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sleep", true: "busypoll"}[busy], func(t *testing.T) {
+			l, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort("127.0.0.1:0")})
+			require.NoError(t, err)
+			dev, err := hca.Open(hca.Config{Link: l, BusyPoll: busy})
+			require.NoError(t, err)
+			defer dev.Close()
+			cq, err := dev.CreateCQ(4, nil, nil, 0)
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			go func() {
+				_, err := cq.PollWait(context.Background(), make([]verbs.WC, 1))
+				done <- err
+			}()
+			time.Sleep(5 * time.Millisecond)
+			require.NoError(t, cq.Destroy(context.Background()))
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, syscall.EINVAL)
+			case <-time.After(5 * time.Second):
+				t.Fatal("PollWait still waits on a destroyed CQ")
+			}
+			_, err = cq.PollWait(context.Background(), make([]verbs.WC, 1))
+			require.ErrorIs(t, err, syscall.EINVAL)
+		})
+	}
+}

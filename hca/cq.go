@@ -3,6 +3,7 @@ package hca
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/softhca/softhca/cq"
@@ -73,6 +74,7 @@ type CQ struct {
 	dev    *Device
 	ch     *CompChannel
 	events eventCounter // async events (CQ_ERR) about this CQ
+	dead   atomic.Bool  // Destroy succeeded: a busy-polling PollWait stops
 }
 
 // CreateCQ creates a completion queue of cqe entries (ibv_create_cq): EINVAL
@@ -151,12 +153,13 @@ func (c *CQ) PollWait(ctx context.Context, wcs []verbs.WC) (int, error) {
 		if n := c.Poll(wcs); n > 0 {
 			return n, nil
 		}
-		if spin && ctx.Err() == nil {
+		if spin && ctx.Err() == nil && !c.dead.Load() {
 			runtime.Gosched() // the transport's goroutines share the cores
 			continue
 		}
-		// Without busy polling: sleep until a Push. With it, and ctx
-		// done: a last look, EINTR unless a completion came meanwhile.
+		// Without busy polling: sleep until a Push. With it, once ctx
+		// is done or the CQ destroyed: a last look, then EINTR or
+		// EINVAL unless a completion came meanwhile.
 		if err := c.cq.Wait(ctx); err != nil {
 			return 0, err
 		}
@@ -209,6 +212,7 @@ func (c *CQ) Destroy(ctx context.Context) error {
 	if err := c.cq.Destroy(ctx); err != nil {
 		return err
 	}
+	c.dead.Store(true)
 	c.dev.ev.purge(func(e *AsyncEvent) bool { return e.CQ == c })
 	c.dev.release(&c.dev.counts.cq)
 	return nil
