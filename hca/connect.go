@@ -22,10 +22,11 @@ type Remote struct {
 }
 
 // ConnectOptions are the attributes Connect gives a QP beyond its peer's.
-// Every zero field takes the value rdma-core's ibv_rc_pingpong uses (or,
-// where it has none, says so): a zero value cannot be asked for where
-// zero means a default (Timeout 0, the infinite timer; RetryCnt 0; ...).
-// For those, and for any attribute not here, walk the QP with Modify.
+// A zero field takes a default: the value rdma-core's ibv_rc_pingpong (or,
+// for the Q_Key, ibv_ud_pingpong) uses, where each field does not say
+// otherwise. So a zero cannot be asked for where zero means the default
+// (Timeout 0, the infinite timer; RetryCnt 0; MaxDestRdAtomic 0; ...):
+// for those, and for any attribute not here, walk the QP with Modify.
 type ConnectOptions struct {
 	// Port is the port_num; 0 takes 1 (ibv_rc_pingpong's -i default).
 	Port uint8
@@ -52,8 +53,9 @@ type ConnectOptions struct {
 	Access verbs.AccessFlags
 	// QKey is the Q_Key of a UD QP; 0 takes 0x11111111, ibv_ud_pingpong's.
 	QKey uint32
-	// HopLimit is the address vector's hop_limit (the IP TTL rxe sends
-	// with); 0 takes 1, ibv_rc_pingpong's: the peer is on the same link.
+	// HopLimit is the address vector's hop_limit, the IP TTL rxe sends
+	// with (softhca's transport sends with 64 whatever it says); 0 takes
+	// 1, ibv_rc_pingpong's: the peer is on the same link.
 	HopLimit uint8
 	// MinRNRTimer is the RC min_rnr_timer code (the delay a peer is
 	// asked to wait when no receive is posted); 0 takes 12 (0.64 ms).
@@ -65,9 +67,10 @@ type ConnectOptions struct {
 	// after an RNR NAK; 0 takes 7 (for RNRRetry, retry forever).
 	RetryCnt uint8
 	RNRRetry uint8
-	// MaxRdAtomic and MaxDestRdAtomic are the RC READ and atomic
-	// requests this QP may have outstanding and may serve at once
-	// (max_rd_atomic, max_dest_rd_atomic); 0 takes 1.
+	// MaxRdAtomic (max_rd_atomic) is how many RDMA READ and atomic
+	// requests this RC QP may have outstanding towards its peer;
+	// MaxDestRdAtomic (max_dest_rd_atomic) how many of the peer's it
+	// serves at once. 0 takes 1 for each.
 	MaxRdAtomic     uint8
 	MaxDestRdAtomic uint8
 }
