@@ -1,13 +1,11 @@
 package hca
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"sync"
 	"syscall"
 
-	"github.com/softhca/softhca/cq"
 	"github.com/softhca/softhca/mr"
 	"github.com/softhca/softhca/transport"
 	"github.com/softhca/softhca/verbs"
@@ -148,12 +146,18 @@ func (d *Device) Name() string { return d.cfg.Name }
 // filled in.
 func (d *Device) Config() Config { return d.cfg }
 
-// Close closes the device (ibv_close_device). The transport first sends
-// what it owes (the acknowledgements of requests it executed), then every
-// QP moves to the error state, which completes each of its outstanding
-// work requests with IBV_WC_WR_FLUSH_ERR, and the link is closed. Objects
-// still open stay valid: CQs can be polled and objects queried and
-// destroyed, but no new object can be created and no packet moves.
+// Close closes the device (ibv_close_device); EINVAL if it is already
+// closed. The transport first sends what it owes (the acknowledgements of
+// requests it executed, so that a peer whose message was delivered does
+// not retry it), then every QP moves to the error state, which completes
+// each of its outstanding work requests with IBV_WC_WR_FLUSH_ERR, and the
+// device closes its link (Config.Link; the error of closing it is
+// Close's). Objects still open stay valid: CQs can be polled and objects
+// queried and destroyed, but no new object can be created and no packet
+// moves. ibv_close_device(3) asks a program to release its objects
+// first; softhca's Close does not require it, though a long-running
+// program should (QPs first, then SRQs and CQs, MRs and AHs, PDs last),
+// as destroying is what releases their memory and counts.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -257,69 +261,6 @@ func (d *Device) release(n *int) {
 	d.mu.Lock()
 	*n--
 	d.mu.Unlock()
-}
-
-// CreateCompChannel creates a completion channel (ibv_create_comp_channel).
-func (d *Device) CreateCompChannel() (*cq.Channel, error) { return cq.NewChannel() }
-
-// CQ is a completion queue of the device.
-type CQ struct {
-	*cq.CQ
-	dev    *Device
-	events eventCounter // async events (CQ_ERR) about this CQ
-}
-
-// CreateCQ creates a completion queue of at least cqe entries
-// (ibv_create_cq). ch may be nil; ctx is returned with its events.
-func (d *Device) CreateCQ(cqe int, ch *cq.Channel, ctx any, compVector int) (*CQ, error) {
-	const op = "create_cq"
-	if compVector != 0 {
-		return nil, verbs.Errorf(op, syscall.EINVAL, "comp_vector %d: the device has 1 completion vector", compVector)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.reserveLocked(op, &d.counts.cq, d.cfg.Attr.MaxCQ, "CQs"); err != nil {
-		return nil, err
-	}
-	c, err := cq.New(cq.Config{CQE: cqe, MaxCQE: int(d.cfg.Attr.MaxCQE), Channel: ch, Context: ctx})
-	if err != nil {
-		d.counts.cq--
-		return nil, err
-	}
-	w := &CQ{CQ: c, dev: d}
-	c.SetOverrunHandler(func(*cq.CQ) { d.ev.raise(AsyncEvent{Type: verbs.EventCQErr, CQ: w}) })
-	return w, nil
-}
-
-// Poll takes up to len(wcs) completions, oldest first, and returns how
-// many (ibv_poll_cq). On a device opened with Config.BusyPoll, a poll that
-// finds the CQ empty first drives the transport in the caller's
-// goroutine, then looks again.
-func (c *CQ) Poll(wcs []verbs.WC) int {
-	n := c.CQ.Poll(wcs)
-	if n == 0 && c.dev.eng != nil && c.dev.eng.Progress() {
-		n = c.CQ.Poll(wcs)
-	}
-	return n
-}
-
-// Destroy destroys the CQ (ibv_destroy_cq): EBUSY while a QP or SRQ uses
-// it; otherwise it waits until every completion event and asynchronous
-// event taken for it was acknowledged, or ctx is done.
-func (c *CQ) Destroy(ctx context.Context) error {
-	// EBUSY comes first, as the kernel refuses before libibverbs waits.
-	if n := c.Users(); n > 0 {
-		return verbs.Errorf("destroy_cq", syscall.EBUSY, "%d QPs or SRQs still use the CQ", n)
-	}
-	if err := c.events.Wait(ctx); err != nil {
-		return err
-	}
-	if err := c.CQ.Destroy(ctx); err != nil {
-		return err
-	}
-	c.dev.ev.purge(func(e *AsyncEvent) bool { return e.CQ == c })
-	c.dev.release(&c.dev.counts.cq)
-	return nil
 }
 
 // AH is an address handle (ibv_ah).

@@ -63,7 +63,9 @@ func DefaultQPConfig(typ verbs.QPType) QPConfig {
 }
 
 // newQP creates a DUT QP with its own send and receive CQs and brings it
-// to cfg.State.
+// to cfg.State. It walks the states with Modify rather than hca's
+// QP.Connect: tests stop in INIT or RTR, and give attributes the value 0
+// (max_dest_rd_atomic 0, for one), which Connect takes as "the default".
 func (tb *Testbench) newQP(t testing.TB, cfg *QPConfig) (*hca.QP, *CQ, *CQ) {
 	t.Helper()
 	if cfg.PD == nil {

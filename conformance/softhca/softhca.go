@@ -19,7 +19,6 @@ import (
 	"syscall"
 
 	"github.com/softhca/softhca/conformance"
-	"github.com/softhca/softhca/cq"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link/udp"
 	"github.com/softhca/softhca/verbs"
@@ -71,7 +70,7 @@ func (s *Target) Open() (conformance.Device, error) {
 }
 
 func newShDevice(d *hca.Device) *shDevice {
-	return &shDevice{d: d, cqs: map[*cq.CQ]*shCQ{}, qps: map[*hca.QP]*shQP{}, srqs: map[*hca.SRQ]*shSRQ{}}
+	return &shDevice{d: d, cqs: map[*hca.CQ]*shCQ{}, qps: map[*hca.QP]*shQP{}, srqs: map[*hca.SRQ]*shSRQ{}}
 }
 
 // OpenPair opens two softhca devices that reach each other over real UDP
@@ -159,7 +158,7 @@ func openLoopbackLinks() (*udp.Link, *udp.Link, error) {
 type shDevice struct {
 	d    *hca.Device
 	mu   sync.Mutex
-	cqs  map[*cq.CQ]*shCQ
+	cqs  map[*hca.CQ]*shCQ
 	qps  map[*hca.QP]*shQP
 	srqs map[*hca.SRQ]*shSRQ
 }
@@ -202,7 +201,7 @@ func (d *shDevice) CreateCompChannel() (conformance.CompChannel, error) {
 }
 
 func (d *shDevice) CreateCQ(cqe int, ch conformance.CompChannel, ctx any, vec int) (conformance.CQ, error) {
-	var c *cq.Channel
+	var c *hca.CompChannel
 	if ch != nil {
 		c = ch.(*shChannel).ch
 	}
@@ -212,7 +211,7 @@ func (d *shDevice) CreateCQ(cqe int, ch conformance.CompChannel, ctx any, vec in
 	}
 	w := &shCQ{q: q}
 	d.mu.Lock()
-	d.cqs[q.CQ] = w
+	d.cqs[q] = w
 	d.mu.Unlock()
 	return w, nil
 }
@@ -229,7 +228,7 @@ func (d *shDevice) GetAsyncEvent(ctx context.Context) (conformance.AsyncEvent, e
 		out.QP = d.qps[e.QP]
 	}
 	if e.CQ != nil {
-		out.CQ = d.cqs[e.CQ.CQ]
+		out.CQ = d.cqs[e.CQ]
 	}
 	if e.SRQ != nil {
 		out.SRQ = d.srqs[e.SRQ]
@@ -310,7 +309,7 @@ func (p *shPD) CreateAH(attr verbs.AHAttr) (conformance.AH, error) {
 }
 
 type shChannel struct {
-	ch  *cq.Channel
+	ch  *hca.CompChannel
 	dev *shDevice
 }
 
