@@ -117,9 +117,9 @@ func (s *dpSide) AH(t *T, peer *dpSide) AH {
 }
 
 // Diag describes the device's transport counters if the target offers
-// them.
+// them (TransportDiagnoser).
 func (s *dpSide) Diag() string {
-	if d, ok := s.D.(interface{ TransportDiag() string }); ok {
+	if d, ok := s.D.(TransportDiagnoser); ok {
 		return s.Name + ": " + d.TransportDiag()
 	}
 	return ""
@@ -243,6 +243,7 @@ func dpToRTR(t *T, s *dpSide, q QP, o dpOpts, dgid verbs.GID, destQPN uint32) {
 		mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
 	case verbs.QPTypeUC:
 		mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+	case verbs.QPTypeUD, verbs.QPTypeRawPacket: // the state alone
 	}
 	ExpectOK(t, q.Modify(&rtr, mask), s.Name+": modify to RTR")
 }

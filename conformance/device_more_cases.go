@@ -244,24 +244,14 @@ func init() {
 }
 
 // nqPortAddrs returns the IP addresses of port 1 in GID order (GID[1],
-// GID[2], ...). The Softhca backend opens with 192.0.2.1 and 2001:db8::1
-// unless its Config says otherwise; for other targets the addresses depend
-// on the host, and the case is skipped.
+// GID[2], ...) from a target that knows them (AddrTarget, as the softhca
+// backend does); for other targets the addresses depend on the host, and
+// the case is skipped.
 func nqPortAddrs(t *T) []netip.Addr {
 	t.Helper()
-	if l, ok := t.Target().(nqAddrLister); ok {
-		return l.nqPortAddrs()
-	}
-	s, ok := t.Target().(*Softhca)
+	l, ok := t.Target().(AddrTarget)
 	if !ok {
-		t.Skipf("the port's IP addresses on target %q are not known to the suite", t.Target().Name())
+		t.Skipf("the port's IP addresses on target %q are not known to the suite (no AddrTarget)", t.Target().Name())
 	}
-	if s.Config.Addrs != nil {
-		return s.Config.Addrs
-	}
-	return []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")}
+	return l.PortAddrs()
 }
-
-// nqAddrLister is a target that knows its port's addresses (the suite's
-// own test targets that wrap Softhca).
-type nqAddrLister interface{ nqPortAddrs() []netip.Addr }

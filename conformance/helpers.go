@@ -146,6 +146,7 @@ func (f *Fixture) Transition(t *T, typ verbs.QPType, to verbs.QPState, destQPN u
 			a.Timeout, a.RetryCnt, a.RNRRetry, a.MaxRdAtomic = 14, 7, 7, 4
 			m |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
 		}
+	case verbs.QPStateReset, verbs.QPStateSQD, verbs.QPStateSQE, verbs.QPStateErr: // the state alone
 	}
 	return a, m
 }

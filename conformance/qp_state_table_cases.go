@@ -49,8 +49,11 @@ func qpCol(typ verbs.QPType) int {
 		return 0
 	case verbs.QPTypeUC:
 		return 1
+	case verbs.QPTypeUD:
+		return 2
+	default:
+		panic("conformance: the QP state table has no column for " + typ.String())
 	}
-	return 2
 }
 
 // qpPer builds a per-transport mask triple in the order RC, UC, UD.

@@ -4,10 +4,14 @@
 // observable behaviour (return value, errno, work completion fields,
 // events, state after the call) against a Target.
 //
-// A Target is the verbs surface of a device. softhca in process (Softhca)
-// is the first backend; the interfaces use only plain values and the
-// verbs vocabulary so that a backend driving a real rdma-core device (rxe
-// or a NIC) through cgo can implement them under a build tag.
+// A Target is the verbs surface of a device. Backends live in their own
+// packages: conformance/softhca (softhca in process) is the first; the
+// interfaces use only plain values and the verbs vocabulary so that a
+// backend driving a real rdma-core device (rxe or a NIC) through cgo can
+// implement them under a build tag. This package imports no device
+// implementation: a case reaches the device only through these
+// interfaces and the optional ones a target may add (PairTarget,
+// AddrTarget).
 //
 // Cases are labelled Spec (the man page or IBTA says so) or
 // ImplementationDefined (the man pages allow more than one behaviour; the
@@ -21,6 +25,7 @@ package conformance
 
 import (
 	"context"
+	"net/netip"
 
 	"github.com/softhca/softhca/verbs"
 )
@@ -31,6 +36,23 @@ type Target interface {
 	Name() string
 	// Open opens a fresh device. Cases close it when they finish.
 	Open() (Device, error)
+}
+
+// AddrTarget is a Target that knows the IP addresses of port 1 of the
+// devices it opens, so that the query_gid cases can check the GID table
+// against them.
+type AddrTarget interface {
+	Target
+	// PortAddrs returns the addresses in GID order (GID[1], GID[2], ...;
+	// GID[0] is the link-local GID).
+	PortAddrs() []netip.Addr
+}
+
+// TransportDiagnoser is a Device that can describe its transport's
+// counters (packets, retries, drops by reason); the data-path cases add
+// the description to their failure messages. It is optional.
+type TransportDiagnoser interface {
+	TransportDiag() string
 }
 
 // Device is an open device (ibv_context).

@@ -3,6 +3,7 @@ package cq
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"sync"
 	"syscall"
 
@@ -51,8 +52,8 @@ type Channel struct {
 func NewChannel() (*Channel, error) {
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK|unix.EFD_SEMAPHORE)
 	if err != nil {
-		errno, ok := err.(syscall.Errno)
-		if !ok {
+		var errno syscall.Errno
+		if !errors.As(err, &errno) {
 			errno = syscall.EIO
 		}
 		return nil, verbs.Errorf("create_comp_channel", errno, "eventfd: %v", err)

@@ -21,6 +21,10 @@ type Config struct {
 	Channel *Channel
 	// Context is the cq_context, returned by CQ.Context.
 	Context any
+	// Owner is the object that wraps the CQ (the hca's CQ), returned by
+	// Owner, so that a completion event (Channel.GetEvent) leads back to
+	// it.
+	Owner any
 	// CompVector is the completion vector (comp_vector). It must not be
 	// negative, and must be below NumCompVectors when that is set.
 	CompVector int
@@ -60,6 +64,7 @@ type CQ struct {
 	// Immutable after New.
 	ch                *Channel
 	context           any
+	owner             any
 	compVector        int
 	maxCQE            int
 	roundUp           bool
@@ -78,6 +83,7 @@ type CQ struct {
 	destroyed bool                // Destroy succeeded
 	users     int                 // QPs and SRQs using the CQ
 	onOverrun func(*CQ)           // called once, on the first overrun
+	waiters   int                 // goroutines in Wait
 
 	// The following fields are protected by ch.mu (the channel's lock),
 	// because the channel updates them without taking mu. Unused without
@@ -85,6 +91,12 @@ type CQ struct {
 	reported uint64        // events taken by GetEvent (comp_events_reported)
 	acked    uint64        // events acknowledged (comp_events_completed); <= reported
 	ackWait  chan struct{} // closed on the next AckEvents, for Destroy; nil if none waits
+
+	// ready holds a token when a goroutine in Wait should look at the
+	// ring again: Push leaves one when waiters > 0. It is apart from the
+	// arm and the channel, which belong to the application. Senders never
+	// block (it has room for one token).
+	ready chan struct{}
 }
 
 // New creates a completion queue (ibv_create_cq). It fails with EINVAL
@@ -105,12 +117,14 @@ func New(cfg Config) (*CQ, error) {
 	c := &CQ{
 		ch:                cfg.Channel,
 		context:           cfg.Context,
+		owner:             cfg.Owner,
 		compVector:        cfg.CompVector,
 		maxCQE:            cfg.MaxCQE,
 		roundUp:           cfg.RoundUp,
 		armWithoutChannel: cfg.ArmWithoutChannel,
 		ring:              ring.New[verbs.WC](n),
 		cqe:               n,
+		ready:             make(chan struct{}, 1),
 	}
 	if c.ch != nil {
 		if err := c.ch.attach(); err != nil {
@@ -142,6 +156,9 @@ func (c *CQ) CQE() int {
 
 // Context returns the cq_context given to New.
 func (c *CQ) Context() any { return c.context }
+
+// Owner returns the owner given to New (Config.Owner).
+func (c *CQ) Owner() any { return c.owner }
 
 // Channel returns the completion channel given to New, or nil.
 func (c *CQ) Channel() *Channel { return c.ch }
@@ -176,6 +193,58 @@ func (c *CQ) Poll(wcs []verbs.WC) int {
 	c.ring.Drop(n)
 	c.mu.Unlock()
 	return n
+}
+
+// Wait blocks until the CQ holds at least one completion, and returns nil
+// (a completion already queued returns at once, even if ctx is done). It
+// returns an *InterruptedError (matching syscall.EINTR and ctx.Err()) when
+// ctx is done first, and EINVAL when the CQ is or becomes destroyed. It
+// is the wait of a blocking poll (the hca's PollWait): it neither
+// consumes nor needs the arm of ReqNotify, and queues no event on the
+// channel, so it leaves the application's notifications alone. Several
+// goroutines may wait at once. Waiting does not allocate.
+func (c *CQ) Wait(ctx context.Context) error {
+	c.mu.Lock()
+	for {
+		switch {
+		case c.ring.Len() > 0:
+			if c.waiters > 0 {
+				// Another waiter may have slept through the token
+				// this one took; pass it on.
+				c.signalLocked()
+			}
+			c.mu.Unlock()
+			return nil
+		case c.destroyed:
+			if c.waiters > 0 {
+				c.signalLocked()
+			}
+			c.mu.Unlock()
+			return verbs.Errorf("poll_cq", syscall.EINVAL, "CQ is destroyed")
+		case ctx.Err() != nil:
+			c.mu.Unlock()
+			return interrupted("poll_cq", ctx)
+		}
+		c.waiters++
+		c.mu.Unlock()
+		select {
+		case <-c.ready:
+		case <-ctx.Done():
+		}
+		c.mu.Lock()
+		c.waiters--
+	}
+}
+
+// signalLocked leaves a wake-up token for a goroutine in Wait, without
+// blocking.
+//
+// Preconditions: c.mu is held.
+func (c *CQ) signalLocked() {
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
 }
 
 // ReqNotify arms the CQ for one completion event (ibv_req_notify_cq). The
@@ -342,6 +411,9 @@ func (c *CQ) destroyLocked() {
 	c.notify = notifyNone
 	c.ring = ring.Ring[verbs.WC]{}
 	c.onOverrun = nil
+	if c.waiters > 0 {
+		c.signalLocked() // they return EINVAL, passing the token on
+	}
 }
 
 // Push appends a completion (the engine's rxe_cq_post); *wc is copied. It
@@ -354,7 +426,7 @@ func (c *CQ) destroyLocked() {
 // Solicited Event bit. If the CQ is armed and the arm matches (any
 // completion; or, for a solicited-only arm, solicited or wc.Status is not
 // WCSuccess) the arm is consumed and one event is queued on the channel.
-// Push does not allocate (the channel's event FIFO aside, which grows only
+// A goroutine in Wait is woken whatever the arm. Push does not allocate (the channel's event FIFO aside, which grows only
 // to the most events ever pending).
 func (c *CQ) Push(wc *verbs.WC, solicited bool) bool {
 	c.mu.Lock()
@@ -373,6 +445,9 @@ func (c *CQ) Push(wc *verbs.WC, solicited bool) bool {
 		return false
 	}
 	*slot = *wc
+	if c.waiters > 0 {
+		c.signalLocked()
+	}
 	switch c.notify {
 	case notifyNextComp:
 		c.fireLocked()

@@ -67,8 +67,10 @@ func TestCapacityRoundUp(t *testing.T) {
 func TestAccessors(t *testing.T) {
 	ch := newChannel(t)
 	ctx := &struct{ name string }{"mine"}
-	c := newCQ(t, Config{CQE: 4, Channel: ch, Context: ctx, CompVector: 2})
+	owner := &struct{ name string }{"wrapper"}
+	c := newCQ(t, Config{CQE: 4, Channel: ch, Context: ctx, Owner: owner, CompVector: 2})
 	require.Same(t, ctx, c.Context())
+	require.Same(t, owner, c.Owner())
 	require.Same(t, ch, c.Channel())
 	require.Equal(t, 2, c.CompVector())
 	require.Equal(t, 0, c.Len())
@@ -77,6 +79,7 @@ func TestAccessors(t *testing.T) {
 	bare := newCQ(t, Config{CQE: 4})
 	require.Nil(t, bare.Channel())
 	require.Nil(t, bare.Context())
+	require.Nil(t, bare.Owner())
 }
 
 func TestPoll(t *testing.T) {

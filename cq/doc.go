@@ -32,9 +32,12 @@
 // # Threading and lock order
 //
 // Every method is safe for concurrent use. Critical sections are short and
-// never block: the only waits are GetEvent (for an event) and Destroy (for
-// acknowledgements), and both wait on Go channels with no lock held, so a
-// context cancels them.
+// never block: the only waits are GetEvent (for an event), Destroy (for
+// acknowledgements) and Wait (for a completion, the blocking poll), and
+// they wait on Go channels with no lock held, so a context cancels them.
+// Wait has its own wake-up, which Push signals only while a goroutine
+// waits: it does not touch the arm or the channel, so a blocking poll and
+// the application's ReqNotify/GetEvent do not disturb each other.
 //
 // There are two mutexes, CQ.mu and Channel.mu, always taken in that order:
 //

@@ -64,7 +64,7 @@ func TestConcurrencySafety(t *testing.T) {
 			for i, ok := 0, 0; ok < postsPerPoster; i++ {
 				q := qps[rng.IntN(nQP)]
 				id := uint64(p)<<32 | uint64(i)
-				sge := []verbs.SGE{mr.SGE(int(i%64)*1024, 64)}
+				sge := []verbs.SGE{mr.SGE((i%64)*1024, 64)}
 				var err error
 				if rng.IntN(2) == 0 {
 					_, err = q.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WRSend, SGList: sge})
@@ -104,11 +104,10 @@ func TestConcurrencySafety(t *testing.T) {
 					return
 				default:
 				}
-				mod(verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1}, verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
-				mod(verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPNum: q.Num(),
-					AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: 1}}},
-					verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)
-				mod(verbs.QPAttr{QPState: verbs.QPStateRTS}, verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)
+				// RESET -> INIT -> RTR -> RTS, pointed at itself.
+				if err := q.Connect(hca.Remote{QPN: q.Num(), GID: gid}, nil); err != nil {
+					t.Errorf("QP %#x: %v", q.Num(), err)
+				}
 				// Leave the QP in RTS until the posters made some
 				// progress (or a bounded number of yields passed, as
 				// full queues refuse posts until the next flush).
@@ -177,7 +176,7 @@ func TestConcurrencySafety(t *testing.T) {
 				if err != nil {
 					return // cancelled at the end
 				}
-				if c != cq.CQ {
+				if c != cq {
 					t.Errorf("event for another CQ")
 				}
 				events.Add(1)

@@ -39,8 +39,16 @@ type Config struct {
 	// IBV_WC_LOC_PROT_ERR as rxe does, instead of failing the post.
 	DeferRecvSGEChecks bool
 
-	// Link carries the device's packets. nil opens a device without a
-	// transport: every verb works, and posted work stays queued.
+	// Link carries the device's packets (link/udp on a network). nil
+	// opens a device without a transport: every verb works, and posted
+	// work stays queued.
+	//
+	// The device owns the link once Open succeeds: its transport is the
+	// link's only reader, so a link serves one device, and Device.Close
+	// closes it. If Open fails, the link is still the caller's to close.
+	// The link must be bound to one address, not a wildcard: the
+	// device's GIDs name the address its packets carry. With Addrs empty,
+	// that address is the port's only one (GID index 1).
 	Link link.Link
 	// PeerPort is the UDP destination port of every packet: 4791 (the
 	// default) on a network; tests with several devices on one IP address
@@ -61,9 +69,9 @@ type Config struct {
 	UDOversizeError bool
 	// BusyPoll lets an application that polls its CQs drive the
 	// transport: a Poll that finds a CQ empty first reads and handles
-	// what the link has queued, in the caller's goroutine
-	// (qp.Engine.Progress), and looks again; a PostSend to an idle send
-	// queue sends the request before it returns. It trades CPU for
+	// what the link has queued, in the caller's goroutine, and looks
+	// again (PollWait spins doing so); a PostSend to an idle send queue
+	// sends the request before it returns. It trades CPU for
 	// latency, as the kernel's busy polling does: a request and its
 	// answer then cross no goroutine switch. Applications that wait on
 	// completion channels gain nothing from it. Polling needs a link that

@@ -1,16 +1,13 @@
 package hca
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
-	"github.com/softhca/softhca/cq"
 	"github.com/softhca/softhca/mr"
-	"github.com/softhca/softhca/qp"
+	"github.com/softhca/softhca/transport"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
 )
@@ -25,18 +22,17 @@ type Device struct {
 	gids []verbs.GID // index 0: link-local; then one per address
 	mrs  *mr.Table
 	ev   asyncQueue
-	eng  *qp.Engine // nil without a link
+	eng  *transport.Engine // nil without a link
+	// local is the link's address: the only source address its packets
+	// can carry.
+	local wire.Net
 
 	mu      sync.Mutex
 	closed  bool
 	nextPD  uint32
 	nextQPN uint32
 	qps     map[uint32]*QP // by QP number; protected by mu
-	// engQPs is the transport's view of qps, read without locking on
-	// every received packet and replaced whole (under mu) when a QP is
-	// created or destroyed, as mr.Table publishes its keys.
-	engQPs atomic.Pointer[map[uint32]*qp.QP]
-	counts struct{ pd, cq, qp, srq, ah int }
+	counts  struct{ pd, cq, qp, srq, ah int }
 }
 
 // Open opens a device with the given configuration (ibv_open_device).
@@ -70,7 +66,7 @@ func Open(cfg Config) (*Device, error) {
 		qps:     map[uint32]*QP{},
 	}
 	d.ev.init()
-	d.engQPs.Store(&map[uint32]*qp.QP{})
+	d.local = local
 	d.gids = append(d.gids, linkLocalGID(cfg.Attr.NodeGUID))
 	for _, a := range cfg.Addrs {
 		d.gids = append(d.gids, verbs.GIDFromAddr(a))
@@ -79,36 +75,49 @@ func Open(cfg Config) (*Device, error) {
 		return nil, verbs.Errorf("open_device", syscall.EINVAL, "%d addresses do not fit a GID table of %d", len(cfg.Addrs), cfg.PortAttr.GIDTblLen)
 	}
 	if cfg.Link != nil {
-		d.eng = qp.NewEngine(qp.EngineConfig{
-			Link:            cfg.Link,
-			Clock:           cfg.Clock,
-			MRs:             d.mrs,
-			Local:           local,
-			PeerPort:        cfg.PeerPort,
-			Workers:         cfg.Workers,
-			ActiveMTU:       cfg.PortAttr.ActiveMTU,
-			Lookup:          d.lookupQP,
-			RxeRetryCompat:  cfg.RxeRetryCompat,
-			UDOversizeError: cfg.UDOversizeError,
-			BusyPoll:        cfg.BusyPoll,
-			Trace:           cfg.Trace,
+		d.eng = transport.NewEngine(transport.Config{
+			Link:     cfg.Link,
+			Clock:    cfg.Clock,
+			Mem:      memory{d.mrs},
+			Workers:  cfg.Workers,
+			BusyPoll: cfg.BusyPoll,
+			Trace:    cfg.Trace,
 		})
 	}
 	return d, nil
 }
 
-// lookupQP is the transport's QP table.
-func (d *Device) lookupQP(qpn uint32) *qp.QP { return (*d.engQPs.Load())[qpn] }
+// memory is the device's memory regions as the transport reaches them.
+type memory struct{ t *mr.Table }
 
-// publishQPsLocked rebuilds the transport's QP table from qps.
-//
-// Preconditions: d.mu is held.
-func (d *Device) publishQPsLocked() {
-	m := make(map[uint32]*qp.QP, len(d.qps))
-	for n, w := range d.qps {
-		m[n] = w.QP
+func (m memory) Lookup(key, pd uint32, va uint64, n uint32, need verbs.AccessFlags) ([]byte, bool) {
+	b, st := m.t.Lookup(key, pd, va, n, need)
+	return b, st == mr.OK
+}
+
+// resolve turns an address vector into the IP and UDP fields of the
+// packets sent with it: the source address is the GID sgid_index names,
+// the destination the dgid's. It fails when the index holds no GID, when
+// the two addresses are of different families (no route joins them), or
+// when the device's link cannot send from the source address (a UDP
+// socket sends from the address it is bound to).
+func (d *Device) resolve(av *verbs.AHAttr) (wire.Net, error) {
+	i := int(av.GRH.SGIDIndex)
+	if i >= len(d.gids) {
+		return wire.Net{}, fmt.Errorf("sgid_index %d holds no GID (the table holds %d)", i, len(d.gids))
 	}
-	d.engQPs.Store(&m)
+	src, dst := d.gids[i].Addr(), av.GRH.DGID.Addr()
+	if src.Is4() != dst.Is4() {
+		return wire.Net{}, fmt.Errorf("sgid_index %d (%s) and dgid %s are of different address families", i, src, dst)
+	}
+	if d.eng != nil && src != d.local.Src {
+		return wire.Net{}, fmt.Errorf("sgid_index %d names %s, but the device's link sends from %s", i, src, d.local.Src)
+	}
+	port := d.cfg.PeerPort
+	if port == 0 {
+		port = wire.RoCEv2Port
+	}
+	return wire.Net{Src: src, Dst: dst, SrcPort: d.local.SrcPort, DstPort: port, DontFragment: true, HopLimit: 64}, nil
 }
 
 // TransportStats returns the transport's counters (zero without a link).
@@ -137,8 +146,18 @@ func (d *Device) Name() string { return d.cfg.Name }
 // filled in.
 func (d *Device) Config() Config { return d.cfg }
 
-// Close closes the device (ibv_close_device). Objects still open keep
-// working until destroyed; no new ones can be created.
+// Close closes the device (ibv_close_device); EINVAL if it is already
+// closed. The transport first sends what it owes (the acknowledgements of
+// requests it executed, so that a peer whose message was delivered does
+// not retry it), then every QP moves to the error state, which completes
+// each of its outstanding work requests with IBV_WC_WR_FLUSH_ERR, and the
+// device closes its link (Config.Link; the error of closing it is
+// Close's). Objects still open stay valid: CQs can be polled and objects
+// queried and destroyed, but no new object can be created and no packet
+// moves. ibv_close_device(3) asks a program to release its objects
+// first; softhca's Close does not require it, though a long-running
+// program should (QPs first, then SRQs and CQs, MRs and AHs, PDs last),
+// as destroying is what releases their memory and counts.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -146,9 +165,19 @@ func (d *Device) Close() error {
 		return verbs.Errorf("close_device", syscall.EINVAL, "device is already closed")
 	}
 	d.closed = true
+	qps := make([]*QP, 0, len(d.qps))
+	for _, q := range d.qps {
+		qps = append(qps, q)
+	}
 	d.mu.Unlock()
+	// Outside d.mu: QP state changes take the QPs' locks.
 	if d.eng != nil {
-		// Outside d.mu: the receive goroutine looks QPs up under it.
+		d.eng.Sync()
+	}
+	for _, q := range qps {
+		_ = q.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.AttrState) // fails only if destroyed meanwhile
+	}
+	if d.eng != nil {
 		return d.eng.Close()
 	}
 	return nil
@@ -232,69 +261,6 @@ func (d *Device) release(n *int) {
 	d.mu.Lock()
 	*n--
 	d.mu.Unlock()
-}
-
-// CreateCompChannel creates a completion channel (ibv_create_comp_channel).
-func (d *Device) CreateCompChannel() (*cq.Channel, error) { return cq.NewChannel() }
-
-// CQ is a completion queue of the device.
-type CQ struct {
-	*cq.CQ
-	dev    *Device
-	events eventCounter // async events (CQ_ERR) about this CQ
-}
-
-// CreateCQ creates a completion queue of at least cqe entries
-// (ibv_create_cq). ch may be nil; ctx is returned with its events.
-func (d *Device) CreateCQ(cqe int, ch *cq.Channel, ctx any, compVector int) (*CQ, error) {
-	const op = "create_cq"
-	if compVector != 0 {
-		return nil, verbs.Errorf(op, syscall.EINVAL, "comp_vector %d: the device has 1 completion vector", compVector)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.reserveLocked(op, &d.counts.cq, d.cfg.Attr.MaxCQ, "CQs"); err != nil {
-		return nil, err
-	}
-	c, err := cq.New(cq.Config{CQE: cqe, MaxCQE: int(d.cfg.Attr.MaxCQE), Channel: ch, Context: ctx})
-	if err != nil {
-		d.counts.cq--
-		return nil, err
-	}
-	w := &CQ{CQ: c, dev: d}
-	c.SetOverrunHandler(func(*cq.CQ) { d.ev.raise(AsyncEvent{Type: verbs.EventCQErr, CQ: w}) })
-	return w, nil
-}
-
-// Poll takes up to len(wcs) completions, oldest first, and returns how
-// many (ibv_poll_cq). On a device opened with Config.BusyPoll, a poll that
-// finds the CQ empty first drives the transport in the caller's
-// goroutine, then looks again.
-func (c *CQ) Poll(wcs []verbs.WC) int {
-	n := c.CQ.Poll(wcs)
-	if n == 0 && c.dev.eng != nil && c.dev.eng.Progress() {
-		n = c.CQ.Poll(wcs)
-	}
-	return n
-}
-
-// Destroy destroys the CQ (ibv_destroy_cq): EBUSY while a QP or SRQ uses
-// it; otherwise it waits until every completion event and asynchronous
-// event taken for it was acknowledged, or ctx is done.
-func (c *CQ) Destroy(ctx context.Context) error {
-	// EBUSY comes first, as the kernel refuses before libibverbs waits.
-	if n := c.Users(); n > 0 {
-		return verbs.Errorf("destroy_cq", syscall.EBUSY, "%d QPs or SRQs still use the CQ", n)
-	}
-	if err := c.events.Wait(ctx); err != nil {
-		return err
-	}
-	if err := c.CQ.Destroy(ctx); err != nil {
-		return err
-	}
-	c.dev.ev.purge(func(e *AsyncEvent) bool { return e.CQ == c })
-	c.dev.release(&c.dev.counts.cq)
-	return nil
 }
 
 // AH is an address handle (ibv_ah).

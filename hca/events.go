@@ -125,7 +125,7 @@ func (d *Device) AckAsyncEvent(e AsyncEvent) {
 func (e *AsyncEvent) counter() *acks.Counter {
 	switch {
 	case e.QP != nil:
-		return e.QP.Events()
+		return e.QP.qp.Events()
 	case e.CQ != nil:
 		return &e.CQ.events.Counter
 	case e.SRQ != nil:

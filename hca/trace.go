@@ -1,17 +1,17 @@
 package hca
 
-import "github.com/softhca/softhca/qp"
+import "github.com/softhca/softhca/transport"
 
 // Direction says whether a traced packet was sent or received
 // (Config.Trace).
-type Direction = qp.Direction
+type Direction = transport.Direction
 
 // Directions of a traced packet.
 const (
-	Sent     = qp.Sent
-	Received = qp.Received
+	Sent     = transport.Sent
+	Received = transport.Received
 )
 
 // Stats are the transport's counters (Device.TransportStats): packets,
 // retries, NAKs, and every dropped packet by named reason.
-type Stats = qp.Stats
+type Stats = transport.Stats

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softhca/softhca/cq"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/verbs"
@@ -80,7 +79,7 @@ func (l *chanLink) Close() error                 { l.once.Do(func() { close(l.do
 
 // side is one end of a connection in these tests.
 type side struct {
-	ch  *cq.Channel
+	ch  *hca.CompChannel
 	dev *hca.Device
 	pd  *hca.PD
 	cq  *hca.CQ
@@ -141,32 +140,9 @@ func connect(t testing.TB, a, b *side, typ verbs.QPType, mtu verbs.MTU) {
 		me, peer := p[0], p[1]
 		gid, err := peer.dev.QueryGID(1, 1)
 		require.NoError(t, err)
-		init := verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QKey: 0x1234,
-			QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
-		mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
-		if typ == verbs.QPTypeUD {
-			mask |= verbs.AttrQKey
-		} else {
-			mask |= verbs.AttrAccessFlags
-		}
-		require.NoError(t, me.qp.Modify(&init, mask))
-		rtr := verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: mtu, DestQPNum: peer.qp.Num(), RQPSN: 100,
-			MaxDestRdAtomic: 8, MinRNRTimer: 1,
-			AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: 1, HopLimit: 64}}}
-		mask = verbs.AttrState
-		switch typ {
-		case verbs.QPTypeRC:
-			mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
-		case verbs.QPTypeUC:
-			mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
-		}
-		require.NoError(t, me.qp.Modify(&rtr, mask))
-		rts := verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 8}
-		mask = verbs.AttrState | verbs.AttrSQPSN
-		if typ == verbs.QPTypeRC {
-			mask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
-		}
-		require.NoError(t, me.qp.Modify(&rts, mask))
+		require.NoError(t, me.qp.Connect(hca.Remote{QPN: peer.qp.Num(), PSN: 100, GID: gid}, &hca.ConnectOptions{
+			PathMTU: mtu, PSN: 100, QKey: 0x1234, MinRNRTimer: 1, MaxRdAtomic: 8, MaxDestRdAtomic: 8,
+			Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}))
 	}
 }
 

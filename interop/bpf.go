@@ -103,7 +103,7 @@ func (l Loss) Apply(ctx context.Context) error {
 	for _, s := range steps {
 		if out, err := command(ctx, "", "tc", s...); err != nil {
 			l.Remove()
-			return fmt.Errorf("tc %s: %v: %s", strings.Join(s, " "), err, bytes.TrimSpace(out))
+			return fmt.Errorf("tc %s: %w: %s", strings.Join(s, " "), err, bytes.TrimSpace(out))
 		}
 	}
 	return nil
@@ -114,7 +114,7 @@ func (l Loss) Apply(ctx context.Context) error {
 func (l Loss) Dropped(ctx context.Context) (int, error) {
 	out, err := command(ctx, "", "tc", "-s", "qdisc", "show", "dev", l.Dev)
 	if err != nil {
-		return 0, fmt.Errorf("tc -s qdisc show: %v: %s", err, out)
+		return 0, fmt.Errorf("tc -s qdisc show: %w: %s", err, out)
 	}
 	in := false
 	n := -1

@@ -31,7 +31,7 @@ func parseCounterLines(b []byte) (Counters, error) {
 		}
 		v, perr := strconv.ParseUint(strings.TrimSpace(l[i+1:]), 10, 64)
 		if perr != nil {
-			err = fmt.Errorf("counter line %q: %v", l, perr)
+			err = fmt.Errorf("counter line %q: %w", l, perr)
 			return
 		}
 		c[name] = v

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,7 +103,7 @@ func newEnv() (*env, error) {
 	if v := os.Getenv("SOFTHCA_INTEROP_BUDGET"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return nil, fmt.Errorf("SOFTHCA_INTEROP_BUDGET=%q: %v", v, err)
+			return nil, fmt.Errorf("SOFTHCA_INTEROP_BUDGET=%q: %w", v, err)
 		}
 		e.budget = start.Add(d)
 	}
@@ -135,7 +134,7 @@ func newEnv() (*env, error) {
 	}
 	e.softhca = filepath.Join(e.dir, "softhca")
 	if out, err := goCmd(ctx, "build", "-o", e.softhca, "github.com/softhca/softhca/cmd/softhca").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building softhca: %v\n%s", err, out)
+		return nil, fmt.Errorf("building softhca: %w\n%s", err, out)
 	}
 	help, _ := exec.CommandContext(ctx, e.softhca, "help").CombinedOutput()
 	e.cmds = string(help)
@@ -178,12 +177,11 @@ func (e *env) close() {
 	e.net.Down()
 }
 
+// goCmd runs the go command: go test puts its own $GOROOT/bin first in
+// the test's PATH (go.dev/issue/51473), so "go" is the toolchain that
+// runs the test.
 func goCmd(ctx context.Context, args ...string) *exec.Cmd {
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		gobin = "go"
-	}
-	return exec.CommandContext(ctx, gobin, args...)
+	return exec.CommandContext(ctx, "go", args...)
 }
 
 // logf prints a progress line to stderr (go test shows it as it happens,

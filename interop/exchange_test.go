@@ -400,7 +400,7 @@ func (p *proc) waitListen(ctx context.Context, e *env, port int) error {
 			select {
 			case <-p.guest.Done():
 				r, _ := p.guest.Wait()
-				return fmt.Errorf("%v; it ended: %s\n%s", err, r.Exit, r.Output(4000))
+				return fmt.Errorf("%w; it ended: %s\n%s", err, r.Exit, r.Output(4000))
 			default:
 			}
 		}

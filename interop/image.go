@@ -216,7 +216,7 @@ func BuildImage(ctx context.Context, cfg ImageConfig) (*Image, error) {
 	if len(missing) > 0 {
 		logf("downloading %d of %d packages", len(missing), len(debs))
 		if out, err := command(ctx, debDir, "apt-get", append([]string{"download", "-q"}, missing...)...); err != nil {
-			return nil, fmt.Errorf("apt-get download (run apt-get update if the package lists are stale): %v\n%s", err, out)
+			return nil, fmt.Errorf("apt-get download (run apt-get update if the package lists are stale): %w\n%s", err, out)
 		}
 	}
 	t1 := time.Now()
@@ -286,7 +286,7 @@ type deb struct{ name, version, file, sha256 string }
 func kernelPackage(ctx context.Context) (string, error) {
 	out, err := command(ctx, "", "apt-cache", "depends", KernelPackage)
 	if err != nil {
-		return "", fmt.Errorf("apt-cache depends %s: %v\n%s", KernelPackage, err, out)
+		return "", fmt.Errorf("apt-cache depends %s: %w\n%s", KernelPackage, err, out)
 	}
 	for _, l := range strings.Split(string(out), "\n") {
 		f := strings.Fields(l)
@@ -304,7 +304,7 @@ func packageClosure(ctx context.Context, pkgs []string) ([]string, error) {
 		"--no-breaks", "--no-replaces", "--no-enhances"}
 	out, err := command(ctx, "", "apt-cache", append(args, pkgs...)...)
 	if err != nil {
-		return nil, fmt.Errorf("apt-cache depends: %v\n%s", err, out)
+		return nil, fmt.Errorf("apt-cache depends: %w\n%s", err, out)
 	}
 	set := map[string]bool{}
 	for _, l := range strings.Split(string(out), "\n") {
@@ -330,7 +330,7 @@ func packageClosure(ctx context.Context, pkgs []string) ([]string, error) {
 func resolveDebs(ctx context.Context, names []string) ([]deb, error) {
 	out, err := command(ctx, "", "apt-get", append([]string{"download", "--print-uris"}, names...)...)
 	if err != nil {
-		return nil, fmt.Errorf("apt-get download --print-uris (run apt-get update if the package lists are stale): %v\n%s", err, out)
+		return nil, fmt.Errorf("apt-get download --print-uris (run apt-get update if the package lists are stale): %w\n%s", err, out)
 	}
 	var debs []deb
 	for _, l := range strings.Split(string(out), "\n") {
@@ -374,7 +374,7 @@ func assemble(ctx context.Context, dir, debDir string, debs []deb, kpkg string, 
 			dst = kdir
 		}
 		if out, err := command(ctx, "", "dpkg", "-x", filepath.Join(debDir, d.file), dst); err != nil {
-			return fmt.Errorf("dpkg -x %s: %v\n%s", d.file, err, out)
+			return fmt.Errorf("dpkg -x %s: %w\n%s", d.file, err, out)
 		}
 	}
 	for _, p := range []string{"usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
@@ -384,21 +384,24 @@ func assemble(ctx context.Context, dir, debDir string, debs []deb, kpkg string, 
 
 	// The kernel and the module closure.
 	ents, err := os.ReadDir(filepath.Join(kdir, "lib/modules"))
-	if err != nil || len(ents) != 1 {
-		return fmt.Errorf("kernel package %s: want one lib/modules/<version>, got %v (%v)", kpkg, ents, err)
+	if err != nil {
+		return fmt.Errorf("kernel package %s: %w", kpkg, err)
+	}
+	if len(ents) != 1 {
+		return fmt.Errorf("kernel package %s: want one lib/modules/<version>, got %v", kpkg, ents)
 	}
 	kv := ents[0].Name()
 	if err := copyFile(filepath.Join(kdir, "boot", "vmlinuz-"+kv), filepath.Join(dir, "vmlinuz"), 0o644); err != nil {
 		return err
 	}
 	if out, err := command(ctx, "", "depmod", "-b", kdir, kv); err != nil {
-		return fmt.Errorf("depmod: %v\n%s", err, out)
+		return fmt.Errorf("depmod: %w\n%s", err, out)
 	}
 	mods := map[string]bool{}
 	for _, m := range GuestModules {
 		out, err := command(ctx, "", "modprobe", "-d", kdir, "-S", kv, "--show-depends", m)
 		if err != nil {
-			return fmt.Errorf("modprobe --show-depends %s: %v\n%s", m, err, out)
+			return fmt.Errorf("modprobe --show-depends %s: %w\n%s", m, err, out)
 		}
 		for _, l := range strings.Split(string(out), "\n") {
 			if f := strings.Fields(l); len(f) >= 2 && f[0] == "insmod" {
@@ -424,7 +427,7 @@ func assemble(ctx context.Context, dir, debDir string, debs []deb, kpkg string, 
 		}
 	}
 	if out, err := command(ctx, "", "depmod", "-b", root, kv); err != nil {
-		return fmt.Errorf("depmod (guest): %v\n%s", err, out)
+		return fmt.Errorf("depmod (guest): %w\n%s", err, out)
 	}
 	logf("kernel %s, %d modules", kv, len(mods))
 
@@ -432,7 +435,7 @@ func assemble(ctx context.Context, dir, debDir string, debs []deb, kpkg string, 
 	// runs on the host to list its applets).
 	out, err := command(ctx, "", filepath.Join(root, "bin/busybox"), "--list-full")
 	if err != nil {
-		return fmt.Errorf("busybox --list-full: %v\n%s", err, out)
+		return fmt.Errorf("busybox --list-full: %w\n%s", err, out)
 	}
 	for _, a := range strings.Fields(string(out)) {
 		p := filepath.Join(root, a)
@@ -470,10 +473,10 @@ func assemble(ctx context.Context, dir, debDir string, debs []deb, kpkg string, 
 		return err
 	}
 	if out, err := command(ctx, "", "gcc", "-O2", "-Wall", "-Werror", "-o", filepath.Join(root, "usr/bin/shca-imm"), src, "-libverbs"); err != nil {
-		return fmt.Errorf("gcc shca-imm: %v\n%s", err, out)
+		return fmt.Errorf("gcc shca-imm: %w\n%s", err, out)
 	}
 	if out, err := command(ctx, "", "ldconfig", "-r", root); err != nil {
-		return fmt.Errorf("ldconfig -r: %v\n%s", err, out)
+		return fmt.Errorf("ldconfig -r: %w\n%s", err, out)
 	}
 	f, err := os.Create(filepath.Join(dir, "initrd.cpio"))
 	if err != nil {

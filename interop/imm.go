@@ -18,7 +18,6 @@ import (
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/link/udp"
-	"github.com/softhca/softhca/qp"
 	"github.com/softhca/softhca/verbs"
 )
 
@@ -62,7 +61,7 @@ func parseImmDest(b []byte) (immDest, error) {
 	for i := range vals {
 		v, err := strconv.ParseUint(f[i], 16, 64)
 		if err != nil {
-			return d, fmt.Errorf("connection line %q: %v", b, err)
+			return d, fmt.Errorf("connection line %q: %w", b, err)
 		}
 		vals[i] = v
 	}
@@ -95,7 +94,7 @@ type ImmConfig struct {
 // ImmResult is what the softhca side saw.
 type ImmResult struct {
 	// Transport and Link are the softhca device's counters after the run.
-	Transport qp.Stats
+	Transport hca.Stats
 	Link      link.Stats
 }
 
@@ -190,23 +189,11 @@ func RunImm(ctx context.Context, cfg ImmConfig) (res ImmResult, err error) {
 	if err != nil {
 		return res, err
 	}
-	rtr := &verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: cfg.MTU, DestQPNum: peer.QPN, RQPSN: peer.PSN,
-		MaxDestRdAtomic: 1, MinRNRTimer: 12,
-		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: peer.GID, SGIDIndex: 1, HopLimit: 64}}}
-	mask := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
-	if !cfg.UC {
-		mask |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
-	}
-	if err := q.Modify(rtr, mask); err != nil {
-		return res, fmt.Errorf("QP to RTR: %w", err)
-	}
-	rts := &verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: me.PSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
-	mask = verbs.AttrState | verbs.AttrSQPSN
-	if !cfg.UC {
-		mask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
-	}
-	if err := q.Modify(rts, mask); err != nil {
-		return res, fmt.Errorf("QP to RTS: %w", err)
+	// INIT -> RTR -> RTS towards shca-imm's QP, with ibv_rc_pingpong's
+	// attributes (Connect's defaults).
+	if err := q.Connect(hca.Remote{QPN: peer.QPN, PSN: peer.PSN, GID: peer.GID},
+		&hca.ConnectOptions{PathMTU: cfg.MTU, PSN: me.PSN}); err != nil {
+		return res, err
 	}
 	one := make([]byte, 1)
 	if client {

@@ -79,7 +79,7 @@ func (n Net) Up(ctx context.Context) error {
 	for _, s := range steps {
 		if out, err := command(ctx, "", "ip", s...); err != nil {
 			n.Down()
-			return fmt.Errorf("ip %s: %v: %s", strings.Join(s, " "), err, bytes.TrimSpace(out))
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(s, " "), err, bytes.TrimSpace(out))
 		}
 	}
 	// No IPv6 on the test network: no router solicitations or DAD noise.
@@ -93,7 +93,7 @@ func (n Net) Up(ctx context.Context) error {
 func (n *Net) SetMTU(ctx context.Context, mtu int) error {
 	for _, d := range []string{n.Tap, n.Bridge} {
 		if out, err := command(ctx, "", "ip", "link", "set", d, "mtu", strconv.Itoa(mtu)); err != nil {
-			return fmt.Errorf("ip link set %s mtu %d: %v: %s", d, mtu, err, bytes.TrimSpace(out))
+			return fmt.Errorf("ip link set %s mtu %d: %w: %s", d, mtu, err, bytes.TrimSpace(out))
 		}
 	}
 	n.MTU = mtu

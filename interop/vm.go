@@ -77,7 +77,7 @@ func BuildAgent(ctx context.Context, dir string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "github.com/softhca/softhca/interop/cmd/shca-agent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the guest agent: %v\n%s", err, b)
+		return "", fmt.Errorf("building the guest agent: %w\n%s", err, b)
 	}
 	return out, nil
 }
@@ -166,7 +166,7 @@ func StartVM(ctx context.Context, cfg VMConfig) (*VM, error) {
 func (v *VM) waitAgent(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	probe := &agent.Client{Addr: v.State.Agent, DialTimeout: time.Second}
-	var lastErr error
+	lastErr := errors.New("no probe was sent")
 	for time.Now().Before(deadline) {
 		if !v.Running() {
 			return fmt.Errorf("qemu exited while the guest was booting\n%s", v.Diagnostics())
@@ -174,7 +174,10 @@ func (v *VM) waitAgent(ctx context.Context, timeout time.Duration) error {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		r, err := probe.Run(pctx, agent.Request{Argv: []string{"true"}})
 		cancel()
-		if err == nil && r.Exit.OK() {
+		if err == nil && !r.Exit.OK() {
+			err = fmt.Errorf("true: %v", r.Exit)
+		}
+		if err == nil {
 			return nil
 		}
 		lastErr = err
@@ -187,7 +190,7 @@ func (v *VM) waitAgent(ctx context.Context, timeout time.Duration) error {
 			return ctx.Err()
 		}
 	}
-	return fmt.Errorf("the guest agent at %s did not answer within %v (last error: %v)\n%s",
+	return fmt.Errorf("the guest agent at %s did not answer within %v (last error: %w)\n%s",
 		v.State.Agent, timeout, lastErr, v.Diagnostics())
 }
 

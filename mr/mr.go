@@ -14,9 +14,15 @@
 //
 // # Threading
 //
-// Register and Deregister serialise on the table's mutex and publish a new
-// copy of the key map; Lookup reads the current map without locking, so the
-// data path never waits for a registration.
+// Register and Deregister serialise on the table's lock and cost O(1)
+// amortised for the key table plus O(log n) expected for the address index
+// of the region's protection domain. Lookup and Get take no lock, write no
+// shared memory and allocate nothing: the key table is a hash table of
+// atomic pointers (keys.go), so the data path never waits for a
+// registration. Once Deregister has returned, neither Lookup nor Get
+// resolves the region's key to it (a later region may draw the same key).
+// FindByAddr searches the per-PD address index (addrs.go) under the read
+// lock, in O(log n) expected.
 package mr
 
 import (
@@ -37,7 +43,8 @@ type MR struct {
 	key    uint32
 	access verbs.AccessFlags
 	pd     uint32
-	valid  atomic.Bool
+	valid  atomic.Bool // from Register until Deregister
+	idx    treeNode    // place in the PD's address tree; protected by Table.mu
 }
 
 // Addr returns the region's virtual address (ibv_mr.addr).
@@ -93,22 +100,29 @@ func (s Status) String() string {
 const knownAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead |
 	verbs.AccessRemoteAtomic | verbs.AccessMWBind | verbs.AccessRelaxedOrder
 
-// Table is a device's memory regions by key.
+// Table is a device's memory regions by key, and by address within each
+// protection domain.
 type Table struct {
 	maxMR   int
 	maxSize uint64
+	randKey func() uint32 // the source of keys; tests replace it
 
-	mu    sync.Mutex
-	count int // protected by mu
-	keys  atomic.Pointer[map[uint32]*MR]
+	// mu serialises Register and Deregister (write lock) and guards the
+	// address trees for FindByAddr (read lock). Lookup and Get do not
+	// take it.
+	mu sync.RWMutex
+	// keys is written under mu and read without it.
+	keys keyTable
+	// byPD holds the root of each protection domain's address tree, for
+	// the PDs that have regions. Protected by mu.
+	byPD map[uint32]*MR
 }
 
 // NewTable returns an empty table that holds up to maxMR regions of up to
 // maxSize bytes each.
 func NewTable(maxMR int, maxSize uint64) *Table {
-	t := &Table{maxMR: maxMR, maxSize: maxSize}
-	m := map[uint32]*MR{}
-	t.keys.Store(&m)
+	t := &Table{maxMR: maxMR, maxSize: maxSize, randKey: cryptoKey, byPD: map[uint32]*MR{}}
+	t.keys.init()
 	return t
 }
 
@@ -132,81 +146,80 @@ func (t *Table) Register(pd uint32, buf []byte, access verbs.AccessFlags) (*MR, 
 	case access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && access&verbs.AccessLocalWrite == 0:
 		return nil, verbs.Errorf(op, syscall.EINVAL, "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE")
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.count >= t.maxMR {
-		return nil, verbs.Errorf(op, syscall.ENOMEM, "device holds max_mr (%d) regions", t.maxMR)
-	}
-	old := *t.keys.Load()
 	m := &MR{
 		buf:    buf,
 		addr:   uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))),
 		access: access,
 		pd:     pd,
 	}
-	m.key = newKey(old)
-	m.valid.Store(true)
-	next := make(map[uint32]*MR, len(old)+1)
-	for k, v := range old {
-		next[k] = v
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.keys.live >= t.maxMR {
+		return nil, verbs.Errorf(op, syscall.ENOMEM, "device holds max_mr (%d) regions", t.maxMR)
 	}
-	next[m.key] = m
-	t.keys.Store(&next)
-	t.count++
+	m.key = t.newKeyLocked()
+	m.valid.Store(true)
+	t.keys.insert(m)
+	t.byPD[pd] = treeInsert(t.byPD[pd], m)
 	return m, nil
 }
 
-// newKey returns a random key that is non-zero and not in use.
-func newKey(used map[uint32]*MR) uint32 {
-	var b [4]byte
+// newKeyLocked returns a random key that is non-zero and not in use.
+//
+// Preconditions: t.mu is held for writing.
+func (t *Table) newKeyLocked() uint32 {
 	for {
-		if _, err := rand.Read(b[:]); err != nil {
-			panic("mr: crypto/rand failed: " + err.Error())
-		}
-		k := binary.LittleEndian.Uint32(b[:])
-		if _, taken := used[k]; k != 0 && !taken {
+		if k := t.randKey(); k != 0 && t.keys.get(k) == nil {
 			return k
 		}
 	}
 }
 
+// cryptoKey returns 32 random bits from crypto/rand.
+func cryptoKey() uint32 {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("mr: crypto/rand failed: " + err.Error())
+	}
+	return binary.LittleEndian.Uint32(b[:])
+}
+
 // Deregister removes the region (ibv_dereg_mr). Deregistering a region
-// twice, or one from another table, is EINVAL.
+// twice, or one from another table, is EINVAL. Once it has returned,
+// Lookup and Get no longer find the region by its key, nor FindByAddr by
+// its addresses.
 func (t *Table) Deregister(m *MR) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	old := *t.keys.Load()
-	if old[m.key] != m || !m.valid.Load() {
+	if !t.keys.remove(m) {
 		return verbs.Errorf("dereg_mr", syscall.EINVAL, "memory region %#x is not registered", m.key)
 	}
-	next := make(map[uint32]*MR, len(old))
-	for k, v := range old {
-		if k != m.key {
-			next[k] = v
-		}
-	}
 	m.valid.Store(false)
-	t.keys.Store(&next)
-	t.count--
+	if root := treeRemove(t.byPD[m.pd], m); root != nil {
+		t.byPD[m.pd] = root
+	} else {
+		delete(t.byPD, m.pd)
+	}
 	return nil
 }
 
 // Count returns how many regions are registered.
 func (t *Table) Count() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.count
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.keys.live
 }
 
-// Get returns the region with the key, or nil.
-func (t *Table) Get(key uint32) *MR { return (*t.keys.Load())[key] }
+// Get returns the region with the key, or nil. It takes no lock.
+func (t *Table) Get(key uint32) *MR { return t.keys.get(key) }
 
 // Lookup returns the n bytes at virtual address va of the region whose key
 // is key, checking that the region belongs to protection domain pd, that
 // the range lies inside it, and that it grants every right in need (0 for
 // a local read). On any failure the slice is nil and the Status says why.
+// It takes no lock and does not allocate.
 func (t *Table) Lookup(key, pd uint32, va uint64, n uint32, need verbs.AccessFlags) ([]byte, Status) {
-	m := (*t.keys.Load())[key]
+	m := t.keys.get(key)
 	if m == nil || !m.valid.Load() {
 		return nil, BadKey
 	}
@@ -224,17 +237,20 @@ func (t *Table) Lookup(key, pd uint32, va uint64, n uint32, need verbs.AccessFla
 }
 
 // FindByAddr returns the n bytes at virtual address va inside any region
-// of protection domain pd, whatever its key, or nil. It walks every
-// region, so it is for inline data at post time, not for the data path.
+// of protection domain pd that holds all of them, whatever its key, or nil.
+// It takes the table's read lock and costs O(log n) expected for n regions
+// in the PD; it is for inline data at post time, not for the data path.
 func (t *Table) FindByAddr(pd uint32, va uint64, n uint32) []byte {
-	for _, m := range *t.keys.Load() {
-		if m.pd != pd || !m.valid.Load() {
-			continue
-		}
-		off := va - m.addr
-		if va >= m.addr && off <= uint64(len(m.buf)) && uint64(n) <= uint64(len(m.buf))-off {
-			return m.buf[off : off+uint64(n) : off+uint64(n)]
-		}
+	want := va + uint64(n)
+	if want < va {
+		return nil // the range wraps around the address space
 	}
-	return nil
+	t.mu.RLock()
+	m := treeFind(t.byPD[pd], va, want)
+	t.mu.RUnlock()
+	if m == nil {
+		return nil
+	}
+	off := va - m.addr
+	return m.buf[off : off+uint64(n) : off+uint64(n)]
 }

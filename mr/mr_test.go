@@ -150,14 +150,3 @@ func TestLookupConcurrentWithRegistration(t *testing.T) {
 	require.True(t, errors.As(err, &e))
 	require.Equal(t, "reg_mr", e.Op)
 }
-
-func BenchmarkLookup(b *testing.B) {
-	tb := NewTable(1000, 1<<20)
-	m, _ := tb.Register(1, make([]byte, 4096), verbs.AccessLocalWrite)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, st := tb.Lookup(m.LKey(), 1, m.Addr()+64, 1024, verbs.AccessLocalWrite); st != OK {
-			b.Fatal(st)
-		}
-	}
-}

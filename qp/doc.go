@@ -16,6 +16,19 @@
 // completions while holding QP.mu). Event handlers given in Config are
 // called with QP.mu held and must not call back into the QP.
 //
-// The transport engine that moves the bytes drives the same QP from its
-// worker goroutines; until it is attached, posted work stays queued.
+// # The transport
+//
+// The protocol that moves the bytes is package transport; the QP holds
+// its half (a transport.QP, guarded by QP.mu like everything else) and is
+// the transport.Endpoint the scheduler calls from its worker goroutines
+// (endpoint.go): each call takes QP.mu, runs the protocol, and applies
+// what it asks of the QP object in one place (applyLocked: a failed work
+// request moves the QP to ERR or SQE through setStateLocked). A QP
+// created without a transport (Config.Engine nil) keeps posted work
+// queued.
+//
+// Destroy ends a QP in two steps (life: alive, destroying, destroyed):
+// while it is destroying, verbs fail and the transport only sends the
+// acknowledgement the QP owes; once destroyed, the scheduler is detached
+// and nothing of the QP runs any more.
 package qp

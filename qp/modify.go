@@ -4,6 +4,7 @@ import (
 	"syscall"
 
 	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
 )
 
 const qpAccessFlags = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
@@ -17,7 +18,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	const op = "modify_qp"
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.destroyed {
+	if q.life != alive {
 		return verbs.Errorf(op, syscall.EINVAL, "QP %#x is destroyed", q.num)
 	}
 	cur := q.attr.QPState
@@ -34,9 +35,20 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if err := q.checkValues(attr, mask); err != nil {
 		return err
 	}
-	q.applyLocked(attr, mask)
-	if mask&(verbs.AttrRetryCnt|verbs.AttrRNRRetry) != 0 && q.eng.e != nil {
-		q.eng.resetRetriesLocked(q) // new budgets apply from now (SQD -> SQD)
+	var path wire.Net
+	if mask&verbs.AttrAV != 0 && q.cfg.Resolve != nil {
+		var err error
+		if path, err = q.cfg.Resolve(&attr.AHAttr); err != nil {
+			return verbs.Errorf(op, syscall.EINVAL, "QP %#x: ah_attr: %v", q.num, err)
+		}
+	}
+	q.applyAttrLocked(attr, mask)
+	q.syncParamsLocked()
+	if mask&verbs.AttrAV != 0 {
+		q.tp.P.Path = path
+	}
+	if mask&(verbs.AttrRetryCnt|verbs.AttrRNRRetry) != 0 {
+		q.tp.ParamsChanged() // new budgets apply from now (SQD -> SQD)
 	}
 	if next != cur || next == verbs.QPStateReset {
 		// IBV_QP_EN_SQD_ASYNC_NOTIFY is an input of the one RTS->SQD
@@ -141,10 +153,10 @@ func (q *QP) checkAV(av *verbs.AHAttr, name string) error {
 	return nil
 }
 
-// applyLocked stores the attributes the mask names.
+// applyAttrLocked stores the attributes the mask names.
 //
 // Preconditions: q.mu is held; the values were checked.
-func (q *QP) applyLocked(a *verbs.QPAttr, mask verbs.QPAttrMask) {
+func (q *QP) applyAttrLocked(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 	t := &q.attr
 	set := func(bit verbs.QPAttrMask, f func()) {
 		if mask&bit != 0 {
@@ -179,47 +191,44 @@ func (q *QP) applyLocked(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 //     attributes return to their defaults (IBTA 10.3.1: a QP in RESET has
 //     no outstanding work);
 //   - to ERR: every outstanding send and then receive work request is
-//     completed with IBV_WC_WR_FLUSH_ERR, in order (IBTA 10.3.1, C10-?;
-//     ibv_modify_qp(3)); a QP on an SRQ raises
+//     completed with IBV_WC_WR_FLUSH_ERR, in order (IBTA 10.3.1;
+//     ibv_modify_qp(3)); the receive WQE of a message being received, if
+//     any, is the oldest and is flushed first, whether it came from the
+//     QP's receive queue or its SRQ; a QP on an SRQ raises
 //     IBV_EVENT_QP_LAST_WQE_REACHED (IBTA 11.6.3.3);
 //   - RTS to SQD: the send queue is drained; when the modify asked for
 //     it (sqdNotify, IBV_QP_EN_SQD_ASYNC_NOTIFY) the QP raises
 //     IBV_EVENT_SQ_DRAINED once nothing is in flight.
+//
+// The transport learns of every change (q.tp.SetState) and starts or
+// stops its requester, completer and responder.
 //
 // Preconditions: q.mu is held.
 func (q *QP) setStateLocked(next verbs.QPState, sqdNotify bool) {
 	prev := q.attr.QPState
 	q.attr.QPState = next
 	q.stateRO.Store(uint32(next))
-	e := q.eng.e
+	q.tp.SetState(next, q.attr.RQPSN, q.attr.SQPSN)
 	switch next {
 	case verbs.QPStateReset:
-		if e != nil {
-			q.stopTimerLocked()
-		}
 		q.sq.Reset()
 		q.rq.Reset()
 		q.attr = q.defaultAttr()
-		q.eng = engState{e: e, timer: q.eng.timer}
-	case verbs.QPStateRTR:
-		q.startResponderLocked()
+		q.syncParamsLocked()
+		q.tp.P.Path = wire.Net{}
+	case verbs.QPStateInit, verbs.QPStateRTR:
 	case verbs.QPStateRTS:
-		if prev == verbs.QPStateRTR {
-			q.startRequesterLocked()
-		}
-		if e != nil {
-			e.kick(q)
-		}
+		q.kickLocked()
 	case verbs.QPStateErr:
 		if prev == verbs.QPStateErr {
 			return
 		}
-		if e != nil {
-			q.stopTimerLocked()
-			q.eng.next, q.eng.off, q.eng.rdAtomic = 0, 0, 0
-			q.eng.resp.haveRecv = false
-		}
 		q.flushSendLocked()
+		var wqe verbs.RecvWQE
+		if q.tp.TakeRecvInProgress(&wqe) {
+			wc := verbs.WC{WRID: wqe.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
+			q.recvCQ.Push(&wc, false)
+		}
 		q.flushRecvLocked()
 		if q.srq != nil {
 			q.raiseLocked(verbs.EventQPLastWQEReached)
@@ -227,25 +236,23 @@ func (q *QP) setStateLocked(next verbs.QPState, sqdNotify bool) {
 	case verbs.QPStateSQE:
 		// A send error (UC, UD): the failed WQE was completed; the rest
 		// of the send queue is flushed (IBTA 10.3.1, SQE).
-		if e != nil {
-			q.stopTimerLocked()
-			q.eng.next, q.eng.off = 0, 0
-		}
 		q.flushSendLocked()
 	case verbs.QPStateSQD:
 		// The drain completes when no started WQE is left (IBTA 11.6.3.1,
 		// Send Queue Drained): at once when nothing is in flight,
 		// otherwise when the last started WQE completes.
-		if prev == verbs.QPStateRTS && sqdNotify {
-			if e != nil && q.sq.Len() > 0 && q.sq.At(0).eng.started {
-				q.eng.drainNotify = true
-			} else {
-				q.raiseLocked(verbs.EventSQDrained)
-			}
+		if prev == verbs.QPStateRTS && sqdNotify && q.tp.SQDrainNotify() {
+			q.raiseLocked(verbs.EventSQDrained)
 		}
 	}
-	if next != verbs.QPStateSQD {
-		q.eng.drainNotify = false
+}
+
+// kickLocked tells the transport's scheduler that the QP may have work.
+//
+// Preconditions: q.mu is held.
+func (q *QP) kickLocked() {
+	if q.h != nil && q.life == alive {
+		q.h.Kick()
 	}
 }
 

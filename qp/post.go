@@ -4,7 +4,9 @@ import (
 	"syscall"
 
 	"github.com/softhca/softhca/srq"
+	"github.com/softhca/softhca/transport"
 	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
 )
 
 // sendOpcodes says, indexed by QP type, which send opcodes each transport
@@ -31,12 +33,13 @@ const knownSendFlags = verbs.SendFence | verbs.SendSignaled | verbs.SendSolicite
 // RTS; in SQE and ERR it is accepted and completed with
 // IBV_WC_WR_FLUSH_ERR.
 func (q *QP) PostSend(wr *verbs.SendWR) (*verbs.SendWR, error) {
-	bad, err, ring := q.postSend(wr)
+	bad, ring, err := q.postSend(wr)
 	switch ring {
 	case ringIdle:
-		q.eng.e.ring(q) // outside the QP's lock: may run the requester here
+		q.h.Ring() // outside the QP's lock: may run the requester here
 	case ringBusy:
-		q.eng.e.kick(q)
+		q.h.Kick()
+	case ringNone:
 	}
 	return bad, err
 }
@@ -54,17 +57,18 @@ const (
 	ringBusy          // the transport still has earlier requests
 )
 
-func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, err error, ring doorbell) {
+func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, ring doorbell, err error) {
 	const op = "post_send"
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.destroyed {
-		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x is destroyed", q.num), ringNone
+	if q.life != alive {
+		return wr, ringNone, verbs.Errorf(op, syscall.EINVAL, "QP %#x is destroyed", q.num)
 	}
 	st := q.attr.QPState
 	switch st {
 	case verbs.QPStateReset, verbs.QPStateInit, verbs.QPStateRTR:
-		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x is in %s", q.num, st), ringNone
+		return wr, ringNone, verbs.Errorf(op, syscall.EINVAL, "QP %#x is in %s", q.num, st)
+	default: // RTS, SQD, SQE, ERR accept posts
 	}
 	bad = wr
 	posted := 0
@@ -73,11 +77,14 @@ func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, err error, ring door
 			bad = wr
 			break
 		}
-		if q.sq.Full() {
-			bad, err = wr, verbs.Errorf(op, syscall.ENOMEM, "QP %#x: wr_id %#x: send queue is full (max_send_wr %d)", q.num, wr.WRID, q.sq.Cap())
+		if q.sq.Len()-q.tp.Internal() >= int(q.cfg.Cap.MaxSendWR) || q.sq.Full() {
+			bad, err = wr, verbs.Errorf(op, syscall.ENOMEM, "QP %#x: wr_id %#x: send queue is full (max_send_wr %d)", q.num, wr.WRID, q.cfg.Cap.MaxSendWR)
 			break
 		}
-		q.pushSendLocked(wr)
+		if err = q.pushSendLocked(wr); err != nil {
+			bad = wr
+			break
+		}
 		posted++
 	}
 	if err == nil {
@@ -88,14 +95,15 @@ func (q *QP) postSend(wr *verbs.SendWR) (bad *verbs.SendWR, err error, ring door
 		q.flushSendLocked()
 	case verbs.QPStateRTS:
 		switch {
-		case posted == 0 || q.eng.e == nil:
+		case posted == 0 || q.h == nil:
 		case q.sq.Len() == posted:
 			ring = ringIdle
 		default:
 			ring = ringBusy
 		}
+	default: // SQD holds the work until RTS
 	}
-	return bad, err, ring
+	return bad, ring, err
 }
 
 // validateSend checks one send work request against the QP's type and
@@ -155,32 +163,44 @@ func (q *QP) validateSend(wr *verbs.SendWR) error {
 }
 
 // pushSendLocked copies a validated request into the send queue, inline
-// data included.
+// data included, and resolves a UD request's address handle.
 //
 // Preconditions: q.mu is held; the queue is not full.
-func (q *QP) pushSendLocked(wr *verbs.SendWR) {
+func (q *QP) pushSendLocked(wr *verbs.SendWR) error {
+	var dst wire.Net
+	if q.typ == verbs.QPTypeUD && q.cfg.Resolve != nil {
+		av := wr.UD.AH.Attr()
+		var err error
+		if dst, err = q.cfg.Resolve(&av); err != nil {
+			return verbs.Errorf("post_send", syscall.EINVAL, "QP %#x: wr_id %#x: address handle: %v", q.num, wr.WRID, err)
+		}
+	}
 	w := q.sq.PushSlot()
 	i := q.sq.Index(q.sq.Len() - 1)
-	*w = sendWQE{wr: *wr, nsge: len(wr.SGList)}
-	w.wr.Next, w.wr.SGList = nil, nil
-	w.signaled = q.sigAll || wr.SendFlags&verbs.SendSignaled != 0
 	maxSGE := int(q.cfg.Cap.MaxSendSGE)
-	copy(q.sqSGE[i*maxSGE:(i+1)*maxSGE], wr.SGList)
+	sgl := q.sqSGE[i*maxSGE : i*maxSGE+len(wr.SGList)]
+	copy(sgl, wr.SGList)
+	*w = transport.SendWQE{WR: *wr, SGL: sgl, Dst: dst}
+	w.WR.Next, w.WR.SGList = nil, nil
+	w.Signaled = q.sigAll || wr.SendFlags&verbs.SendSignaled != 0
 	if wr.SendFlags&verbs.SendInline != 0 && q.cfg.ReadInline != nil {
 		maxInline := int(q.cfg.Cap.MaxInlineData)
 		dst := q.sqInline[i*maxInline : (i+1)*maxInline]
+		n := 0
 		for _, s := range wr.SGList {
 			b, err := q.cfg.ReadInline(s)
 			if err != nil {
 				// The element does not name readable memory: the work
 				// request completes with a local protection error when
-				// the engine processes it.
-				w.inlineLen = -1
+				// the transport processes it.
+				w.InlineBad = true
 				break
 			}
-			w.inlineLen += copy(dst[w.inlineLen:], b)
+			n += copy(dst[n:], b)
 		}
+		w.Inline = dst[:n]
 	}
+	return nil
 }
 
 // PostRecv posts a linked list of receive work requests (ibv_post_recv).
@@ -194,7 +214,7 @@ func (q *QP) PostRecv(wr *verbs.RecvWR) (*verbs.RecvWR, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch {
-	case q.destroyed:
+	case q.life != alive:
 		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x is destroyed", q.num)
 	case q.srq != nil:
 		return wr, verbs.Errorf(op, syscall.EINVAL, "QP %#x receives from an SRQ; post to the SRQ", q.num)
@@ -231,19 +251,7 @@ func validateRecv(q *QP, wr *verbs.RecvWR) error {
 // not they were signaled.
 //
 // Preconditions: q.mu is held.
-func (q *QP) flushSendLocked() {
-	for q.sq.Len() > 0 {
-		w := q.sq.At(0)
-		wc := verbs.WC{
-			WRID:   w.wr.WRID,
-			Status: verbs.WCWRFlushErr,
-			Opcode: verbs.WCOpcodeFor(w.wr.Opcode),
-			QPNum:  q.num,
-		}
-		q.sq.Drop(1)
-		q.sendCQ.Push(&wc, false)
-	}
-}
+func (q *QP) flushSendLocked() { q.tp.FlushSend() }
 
 // flushRecvLocked completes every queued receive request with
 // IBV_WC_WR_FLUSH_ERR, oldest first.

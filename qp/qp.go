@@ -10,7 +10,9 @@ import (
 	"github.com/softhca/softhca/internal/acks"
 	"github.com/softhca/softhca/internal/ring"
 	"github.com/softhca/softhca/srq"
+	"github.com/softhca/softhca/transport"
 	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
 )
 
 // Limits are the device limits a QP is checked against.
@@ -57,19 +59,20 @@ type Config struct {
 	// OnEvent raises an affiliated asynchronous event for the QP. It is
 	// called with the QP's lock held.
 	OnEvent func(q *QP, t verbs.EventType)
-	// Engine is the device's transport; nil leaves posted work queued.
-	Engine *Engine
-}
 
-// sendWQE is a send work queue element: a copy of the work request. Its
-// scatter list and inline data live beside the ring, in slot-indexed
-// storage.
-type sendWQE struct {
-	wr        verbs.SendWR // Next and SGList are nil
-	nsge      int
-	inlineLen int
-	signaled  bool
-	eng       wqeState // the transport's progress
+	// The transport. Engine nil leaves posted work queued.
+	Engine *transport.Engine
+	// Resolve turns an address vector into the IP and UDP fields of the
+	// packets sent with it (the source from sgid_index, the destination
+	// from the dgid), or says why it cannot be used.
+	Resolve func(av *verbs.AHAttr) (wire.Net, error)
+	// ActiveMTU is the port's MTU, the limit of a UD message.
+	ActiveMTU verbs.MTU
+	// RxeRetryCompat makes retry_cnt 7 retry forever, as rxe does.
+	RxeRetryCompat bool
+	// UDOversizeError completes a UD send longer than the port MTU with
+	// IBV_WC_LOC_LEN_ERR instead of dropping it (IBTA C10-93.1.1).
+	UDOversizeError bool
 }
 
 // QP is a queue pair.
@@ -87,15 +90,33 @@ type QP struct {
 	mcast   atomic.Int32 // multicast groups attached
 	stateRO atomic.Uint32
 
-	mu        sync.Mutex
-	attr      verbs.QPAttr // protected by mu
-	sq        ring.Ring[sendWQE]
-	sqSGE     []verbs.SGE // slot i: sqSGE[i*maxSendSGE:]
-	sqInline  []byte      // slot i: sqInline[i*maxInline:]
-	rq        srq.Queue
-	destroyed bool
-	eng       engState // the transport's state; protected by mu
+	// h is the QP's place in the transport's scheduler (nil without a
+	// transport).
+	h *transport.Handle
+
+	mu       sync.Mutex
+	attr     verbs.QPAttr // protected by mu
+	sq       ring.Ring[transport.SendWQE]
+	sqSGE    []verbs.SGE // slot i: sqSGE[i*maxSendSGE:]
+	sqInline []byte      // slot i: sqInline[i*maxInline:]
+	rq       srq.Queue
+	life     life // protected by mu
+	// tp is the transport's half of the QP; protected by mu.
+	tp transport.QP
 }
+
+// life says whether a QP may be used.
+type life uint8
+
+const (
+	alive life = iota
+	// destroying: Destroy runs; every verb fails, packets for the QP
+	// are dropped, and the transport only sends the acknowledgement it
+	// owes.
+	destroying
+	// destroyed: nothing of the QP runs any more.
+	destroyed
+)
 
 // New creates a QP in the RESET state (ibv_create_qp), enforcing the
 // rules of ibv_create_qp(3): send and receive CQs are required; an SRQ is
@@ -129,6 +150,9 @@ func New(cfg Config) (*QP, error) {
 	}
 	cfg.Cap = c
 	maxInline := int(c.MaxInlineData)
+	// The send queue's ring also holds the requests the transport issues
+	// on its own (transport.QP.Issue).
+	slots := int(c.MaxSendWR) + transport.InternalSlots
 	q := &QP{
 		num:      cfg.QPN,
 		typ:      cfg.Type,
@@ -139,13 +163,20 @@ func New(cfg Config) (*QP, error) {
 		ctx:      cfg.Context,
 		sigAll:   cfg.SQSigAll,
 		cfg:      cfg,
-		sq:       ring.New[sendWQE](int(c.MaxSendWR)),
-		sqSGE:    make([]verbs.SGE, int(c.MaxSendWR)*int(c.MaxSendSGE)),
-		sqInline: make([]byte, int(c.MaxSendWR)*maxInline),
+		sq:       ring.New[transport.SendWQE](slots),
+		sqSGE:    make([]verbs.SGE, slots*int(c.MaxSendSGE)),
+		sqInline: make([]byte, slots*maxInline),
 		rq:       srq.NewQueue(int(c.MaxRecvWR), int(c.MaxRecvSGE)),
 	}
 	q.attr = q.defaultAttr()
-	q.eng.e = cfg.Engine
+	q.tp.SQ = &q.sq
+	q.tp.SendCQ, q.tp.RecvCQ = cqSink{cfg.SendCQ}, cqSink{cfg.RecvCQ}
+	if cfg.SRQ != nil {
+		q.tp.RQ = cfg.SRQ
+	} else {
+		q.tp.RQ = &q.rq
+	}
+	q.syncParamsLocked()
 	if err := cfg.SendCQ.Acquire(); err != nil {
 		return nil, verbs.Errorf(op, syscall.EINVAL, "send_cq is destroyed")
 	}
@@ -157,6 +188,9 @@ func New(cfg Config) (*QP, error) {
 	}
 	if cfg.SRQ != nil {
 		cfg.SRQ.AddUser()
+	}
+	if cfg.Engine != nil {
+		q.h = cfg.Engine.Attach(q.num, q)
 	}
 	return q, nil
 }
@@ -262,6 +296,10 @@ func (q *QP) Query() verbs.QPAttr {
 // event reported about it was acknowledged, or ctx is done (then nothing
 // is destroyed and ctx's error is returned). Outstanding work requests are
 // discarded without completions.
+//
+// When Destroy returns, nothing queued for the QP runs any more: no
+// packet for it is placed in memory, no receive WQE is taken from its SRQ,
+// no completion is pushed to its CQs and nothing is sent for it.
 func (q *QP) Destroy(ctx context.Context) error {
 	const op = "destroy_qp"
 	if n := q.mcast.Load(); n > 0 {
@@ -271,16 +309,28 @@ func (q *QP) Destroy(ctx context.Context) error {
 		return err
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.destroyed {
+	if q.life != alive {
+		q.mu.Unlock()
 		return verbs.Errorf(op, syscall.EINVAL, "QP %#x is already destroyed", q.num)
 	}
-	q.destroyed = true
-	if q.eng.e != nil {
-		q.stopTimerLocked()
+	q.life = destroying
+	q.mu.Unlock()
+	// Outside the lock (a turn running the QP's work takes it): the
+	// acknowledgement the QP owes for requests it executed leaves first
+	// (a program that takes its last completion and exits must not leave
+	// its peer retrying), then nothing of the QP runs any more.
+	if q.h != nil {
+		q.h.Flush()
 	}
+	q.mu.Lock()
+	q.life = destroyed
+	q.tp.SetState(verbs.QPStateReset, 0, 0)
 	q.sq.Reset()
 	q.rq.Reset()
+	q.mu.Unlock()
+	if q.h != nil {
+		q.h.Detach()
+	}
 	q.sendCQ.RemoveUser()
 	if q.recvCQ != q.sendCQ {
 		q.recvCQ.RemoveUser()

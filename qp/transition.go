@@ -33,8 +33,9 @@ func column(t verbs.QPType) (transportIndex, bool) {
 		return colUC, true
 	case verbs.QPTypeUD:
 		return colUD, true
+	default:
+		return 0, false
 	}
-	return 0, false
 }
 
 // Transition is one entry of the table.

@@ -23,13 +23,10 @@ import (
 	"github.com/softhca/softhca/verbs"
 )
 
-// RecvWQE is a receive work queue element as the transport takes it.
-type RecvWQE struct {
-	WRID uint64
-	// SGL is the scatter list. Take fills it reusing its backing array, so
-	// a caller that keeps one RecvWQE allocates only on first use.
-	SGL []verbs.SGE
-}
+// RecvWQE is a receive work queue element as the transport takes it
+// (Take fills its scatter list reusing its backing array, so a caller
+// that keeps one RecvWQE allocates only on first use).
+type RecvWQE = verbs.RecvWQE
 
 // Queue is a fixed-capacity FIFO of receive work requests.
 type Queue struct {

@@ -248,8 +248,10 @@ func WCOpcodeFor(o WROpcode) WCOpcode {
 		return WCLocalInv
 	case WRBindMW:
 		return WCBindMW
+	case WRSend, WRSendWithImm, WRSendWithInv:
+		return WCSend
 	}
-	return WCSend
+	return WCSend // not a send work request opcode
 }
 
 // WCFlags qualify a completion (enum ibv_wc_flags).
@@ -292,4 +294,12 @@ type WC struct {
 type TMInfo struct {
 	Tag  uint64
 	Priv uint32
+}
+
+// RecvWQE is a receive work request as the transport takes it from a
+// receive queue or a shared receive queue: its ID and its scatter list.
+// Taking one copies the scatter list into SGL, reusing its backing array.
+type RecvWQE struct {
+	WRID uint64
+	SGL  []SGE
 }

@@ -105,8 +105,9 @@ func (s Syndrome) String() string {
 			return "NAK invalid RD request"
 		}
 		return "NAK reserved " + itoa(int(s.Value()))
+	default: // AckKindReserved
+		return "reserved syndrome " + itoa(int(s))
 	}
-	return "reserved syndrome " + itoa(int(s))
 }
 
 // rnrTimerMicros is IBTA table 45: the RNR NAK timer field in microseconds.

@@ -66,7 +66,7 @@ func FuzzParse(f *testing.F) {
 		var q wire.Packet
 		require.Equal(t, wire.DropNone, wire.Parse(out, &q))
 		require.Equal(t, h, q.Headers())
-		require.Equal(t, payload, []byte(q.Payload))
+		require.Equal(t, payload, q.Payload)
 		require.Equal(t, n, q.Net)
 		// The re-encoding is a fixed point.
 		require.Equal(t, out, wire.AppendFrame(nil, &q.Net, &h, q.Payload))
@@ -165,7 +165,7 @@ func FuzzParseTransport(f *testing.F) {
 		var q wire.Packet
 		require.Equal(t, wire.DropNone, wire.ParseTransport(out, &q))
 		require.Equal(t, h, q.Headers())
-		require.Equal(t, payload, []byte(q.Payload))
+		require.Equal(t, payload, q.Payload)
 		mask := make([]byte, len(ib))
 		markNotKeptIB(mask, h.BTH.OpCode, len(p.Pad))
 		requireSameBut(t, ib, out, mask)
@@ -242,7 +242,7 @@ func FuzzParseDatagram(f *testing.F) {
 		require.Equal(t, wire.DropNone, wire.ParseDatagram(out, &n, &q))
 		require.Equal(t, p.Net, q.Net, "the re-encoded packet gives back the same ID")
 		require.Equal(t, h, q.Headers())
-		require.Equal(t, payload, []byte(q.Payload))
+		require.Equal(t, payload, q.Payload)
 		mask := make([]byte, len(ib))
 		markNotKeptIB(mask, h.BTH.OpCode, len(p.Pad))
 		requireSameBut(t, ib, out, mask)

@@ -32,8 +32,8 @@ func checkParsed(t *testing.T, tp testPacket, p *wire.Packet) {
 	op := tp.hdr.BTH.OpCode
 	e := expectedOps[op]
 	require.Equal(t, tp.hdr, p.Headers())
-	require.Equal(t, tp.payload, []byte(p.Payload))
-	require.Equal(t, make([]byte, -len(tp.payload)&3), []byte(p.Pad))
+	require.Equal(t, tp.payload, p.Payload)
+	require.Equal(t, make([]byte, -len(tp.payload)&3), p.Pad)
 	require.Equal(t, tp.ib, p.Raw)
 	require.Equal(t, binary.LittleEndian.Uint32(tp.ib[len(tp.ib)-4:]), p.ICRC)
 	require.Equal(t, op.Info(), p.Info())

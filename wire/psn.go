@@ -32,5 +32,5 @@ func (p PSN) LessThanEq(q PSN) bool { return p.Diff(q) <= 0 }
 
 // InWindow reports whether p lies in [first, first+size).
 func (p PSN) InWindow(first PSN, size uint32) bool {
-	return uint32((uint32(p)-uint32(first))&PSNMask) < size
+	return (uint32(p)-uint32(first))&PSNMask < size
 }

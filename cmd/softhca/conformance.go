@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/softhca/softhca/conformance"
+	"github.com/softhca/softhca/conformance/softhca"
 )
 
 // runConformance runs the conformance suite against softhca in process and
@@ -45,7 +46,7 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 		}
 		cases = kept
 	}
-	target := &conformance.Softhca{}
+	target := &softhca.Target{}
 	results := conformance.Run(target, cases)
 
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)

@@ -427,37 +427,23 @@ func (d *demo) connect() error {
 		if err != nil {
 			return err
 		}
-		// RC: RESET -> INIT -> RTR -> RTS (ibv_modify_qp(3)).
-		if err := me.rc.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1,
-			QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
-			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
-			return fmt.Errorf("%s: RC QP to INIT: %w", me.name, err)
+		// RC: RESET -> INIT -> RTR -> RTS (ibv_modify_qp(3)), pointed at
+		// the peer's RC QP, with full remote access and 4 READ/atomic
+		// resources each way.
+		rc := &hca.ConnectOptions{
+			PathMTU:     verbs.MTU1024,
+			PSN:         demoPSN,
+			Access:      verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
+			MinRNRTimer: 1,
+			Timeout:     d.timeout(),
+			MaxRdAtomic: 4, MaxDestRdAtomic: 4,
 		}
-		if err := me.rc.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: verbs.MTU1024,
-			DestQPNum: peer.rc.Num(), RQPSN: demoPSN, MaxDestRdAtomic: 4, MinRNRTimer: 1,
-			AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1,
-				GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: 1, HopLimit: 64}}},
-			verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
-				verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
-			return fmt.Errorf("%s: RC QP to RTR: %w", me.name, err)
-		}
-		if err := me.rc.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: demoPSN,
-			Timeout: d.timeout(), RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-			verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|
-				verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic); err != nil {
-			return fmt.Errorf("%s: RC QP to RTS: %w", me.name, err)
+		if err := me.rc.Connect(hca.Remote{QPN: peer.rc.Num(), PSN: demoPSN, GID: gid}, rc); err != nil {
+			return fmt.Errorf("%s: RC QP: %w", me.name, err)
 		}
 		// UD: no peer; each send names its destination.
-		if err := me.ud.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1, QKey: demoQKey},
-			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrQKey); err != nil {
-			return fmt.Errorf("%s: UD QP to INIT: %w", me.name, err)
-		}
-		if err := me.ud.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR}, verbs.AttrState); err != nil {
-			return fmt.Errorf("%s: UD QP to RTR: %w", me.name, err)
-		}
-		if err := me.ud.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTS, SQPSN: demoPSN},
-			verbs.AttrState|verbs.AttrSQPSN); err != nil {
-			return fmt.Errorf("%s: UD QP to RTS: %w", me.name, err)
+		if err := me.ud.Connect(hca.Remote{}, &hca.ConnectOptions{PSN: demoPSN, QKey: demoQKey}); err != nil {
+			return fmt.Errorf("%s: UD QP: %w", me.name, err)
 		}
 	}
 	return nil

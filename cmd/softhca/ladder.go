@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
-	"github.com/softhca/softhca/qp"
 	"github.com/softhca/softhca/wire"
 	"github.com/softhca/softhca/wire/pcap"
 )
@@ -78,9 +78,9 @@ func newLadder(pw *pcap.Writer, loss float64) *ladder {
 }
 
 // trace returns the Trace hook of the device named from.
-func (l *ladder) trace(from byte) func(qp.Direction, *link.Packet) {
-	return func(dir qp.Direction, p *link.Packet) {
-		if dir != qp.Sent || len(p.Buf) < wire.BTHSize {
+func (l *ladder) trace(from byte) func(hca.Direction, *link.Packet) {
+	return func(dir hca.Direction, p *link.Packet) {
+		if dir != hca.Sent || len(p.Buf) < wire.BTHSize {
 			return
 		}
 		now := time.Now()

@@ -10,8 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/softhca/softhca/internal/perftest"
-	"github.com/softhca/softhca/internal/pingpong"
+	"github.com/softhca/softhca/cmd/softhca/internal/perftest"
+	"github.com/softhca/softhca/cmd/softhca/internal/pingpong"
 )
 
 const perfUsage = `usage: softhca perf TEST [OPTIONS] [SERVER]

@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softhca/softhca/internal/perftest"
+	"github.com/softhca/softhca/cmd/softhca/internal/perftest"
 )
 
 // perfRun is the outcome of one side of softhca perf.

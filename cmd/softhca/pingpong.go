@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/softhca/softhca/internal/pingpong"
+	"github.com/softhca/softhca/cmd/softhca/internal/pingpong"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
 )
@@ -221,7 +221,7 @@ func usagef(format string, args ...any) error {
 
 func badValue(v string, err error, want string) error {
 	if err != nil {
-		return fmt.Errorf("%q is not %s: %v", v, want, err)
+		return fmt.Errorf("%q is not %s: %w", v, want, err)
 	}
 	return fmt.Errorf("%q is not %s", v, want)
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softhca/softhca/internal/pingpong"
+	"github.com/softhca/softhca/cmd/softhca/internal/pingpong"
 	"github.com/softhca/softhca/link/udp"
 	"github.com/softhca/softhca/verbs"
 )

@@ -287,10 +287,10 @@ func (l *Link) putDst(sa *unix.RawSockaddrInet6, dst netip.Addr, port uint16) (u
 // Preconditions: l.tx.mu is held.
 func (l *Link) zoneIndex(zone string) uint32 {
 	t := &l.tx
-	switch {
-	case zone == "":
+	switch zone {
+	case "":
 		return l.scope
-	case zone == t.zone:
+	case t.zone:
 		return t.zoneIdx
 	}
 	idx := uint32(0)

@@ -364,7 +364,7 @@ func TestSyntheticPackets(t *testing.T) {
 
 				pkt, l := decode(t, frame)
 				require.Equal(t, h, l.Headers)
-				require.Equal(t, payload, []byte(l.LayerPayload()))
+				require.Equal(t, payload, l.LayerPayload())
 				require.Equal(t, layers.ICRCGood, l.ICRCStatus)
 				require.Equal(t, n, l.Packet.Net)
 

@@ -111,8 +111,7 @@ func TestTsharkSummary(t *testing.T) {
 	tshark := tsharkPath(t)
 	var pkts []testPacket
 	for _, p := range testPackets() {
-		switch p.op() {
-		case wire.RCSendOnly, wire.RCAcknowledge, wire.UDSendOnly:
+		if op := p.op(); op == wire.RCSendOnly || op == wire.RCAcknowledge || op == wire.UDSendOnly {
 			pkts = append(pkts, p)
 		}
 	}

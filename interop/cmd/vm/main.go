@@ -170,7 +170,7 @@ stop: go run ./interop/cmd/vm down -slot %d
 func execute(ctx context.Context, dir string, argv []string, timeout time.Duration) (int, error) {
 	v, err := interop.Attach(dir)
 	if err != nil {
-		return 1, fmt.Errorf("%w: %v (vm up first)", interop.ErrNoVM, err)
+		return 1, fmt.Errorf("%w: %w (vm up first)", interop.ErrNoVM, err)
 	}
 	p, err := v.Agent.Start(ctx, agent.Request{Argv: argv, Timeout: timeout}, os.Stdout, os.Stderr)
 	if err != nil {

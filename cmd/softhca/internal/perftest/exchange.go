@@ -187,12 +187,11 @@ func ParseDest(b []byte) (Dest, error) {
 	if len(b) != DestSize {
 		return d, malformed("key message", "%d bytes, want %d", len(b), DestSize)
 	}
-	s := b
-	if i := bytes.IndexByte(b, 0); i >= 0 {
-		s = b[:i]
-	} else {
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
 		return d, malformed("key message", "no NUL terminator")
 	}
+	s := b[:i]
 	fields := bytes.Split(s, []byte{':'})
 	// 6 fields, 16 GID bytes, SRQN, then the empty string after the
 	// last ':'.

@@ -1,4 +1,11 @@
-package conformance
+// Package softhca is the conformance suite's in-process softhca backend:
+// Target opens hca devices and adapts them to the conformance interfaces
+// (conformance.Target, conformance.PairTarget, conformance.AddrTarget).
+// The cases themselves (package conformance) know nothing of hca; this
+// package is the only bridge. `go test ./conformance/...` runs every case
+// against it (TestSofthca, TestSofthcaBusyPoll), as does
+// `softhca conformance`.
+package softhca
 
 import (
 	"context"
@@ -11,29 +18,50 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/softhca/softhca/cq"
+	"github.com/softhca/softhca/conformance"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link/udp"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
 )
 
-// Softhca is the in-process softhca backend.
-type Softhca struct {
+// The backend's optional abilities, checked at compile time: a renamed
+// method would otherwise make the cases that need it skip silently.
+var (
+	_ conformance.PairTarget         = (*Target)(nil)
+	_ conformance.AddrTarget         = (*Target)(nil)
+	_ conformance.TransportDiagnoser = (*shDevice)(nil)
+)
+
+// Target is the in-process softhca backend.
+type Target struct {
 	// Config is the device configuration; zero means hca's defaults with
-	// one IPv4 and one IPv6 address.
+	// the addresses DefaultAddrs.
 	Config hca.Config
 }
 
+// DefaultAddrs are the addresses of a device Open makes when
+// Config.Addrs is nil: 192.0.2.1 and 2001:db8::1 (documentation ranges).
+func DefaultAddrs() []netip.Addr {
+	return []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")}
+}
+
 // Name returns "softhca".
-func (s *Softhca) Name() string { return "softhca" }
+func (s *Target) Name() string { return "softhca" }
+
+// PortAddrs returns the IP addresses of port 1 of the devices Open makes,
+// in GID order (conformance.AddrTarget).
+func (s *Target) PortAddrs() []netip.Addr {
+	if s.Config.Addrs != nil {
+		return s.Config.Addrs
+	}
+	return DefaultAddrs()
+}
 
 // Open opens a softhca device.
-func (s *Softhca) Open() (Device, error) {
+func (s *Target) Open() (conformance.Device, error) {
 	cfg := s.Config
-	if cfg.Addrs == nil {
-		cfg.Addrs = []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")}
-	}
+	cfg.Addrs = s.PortAddrs()
 	d, err := hca.Open(cfg)
 	if err != nil {
 		return nil, err
@@ -42,11 +70,11 @@ func (s *Softhca) Open() (Device, error) {
 }
 
 func newShDevice(d *hca.Device) *shDevice {
-	return &shDevice{d: d, cqs: map[*cq.CQ]*shCQ{}, qps: map[*hca.QP]*shQP{}, srqs: map[*hca.SRQ]*shSRQ{}}
+	return &shDevice{d: d, cqs: map[*hca.CQ]*shCQ{}, qps: map[*hca.QP]*shQP{}, srqs: map[*hca.SRQ]*shSRQ{}}
 }
 
 // OpenPair opens two softhca devices that reach each other over real UDP
-// sockets on the loopback network (the PairTarget transport mode; Open
+// sockets on the loopback network (the conformance.PairTarget transport mode; Open
 // keeps opening devices without a transport). Each device binds its own
 // address 127.X.Y.Z:4791 (all of 127.0.0.0/8 is local on Linux), chosen at
 // random and chosen again when it is in use, so suites can run in
@@ -54,7 +82,7 @@ func newShDevice(d *hca.Device) *shDevice {
 // rdma_rxe listens on it) the devices bind free ports and send to each
 // other's. The devices' GIDs come from their links' addresses; the rest
 // of the configuration is s.Config. Closing a device closes its link.
-func (s *Softhca) OpenPair() (Device, Device, error) {
+func (s *Target) OpenPair() (conformance.Device, conformance.Device, error) {
 	la, lb, err := openLoopbackLinks()
 	if err != nil {
 		return nil, nil, err
@@ -130,7 +158,7 @@ func openLoopbackLinks() (*udp.Link, *udp.Link, error) {
 type shDevice struct {
 	d    *hca.Device
 	mu   sync.Mutex
-	cqs  map[*cq.CQ]*shCQ
+	cqs  map[*hca.CQ]*shCQ
 	qps  map[*hca.QP]*shQP
 	srqs map[*hca.SRQ]*shSRQ
 }
@@ -156,7 +184,7 @@ func (d *shDevice) TransportDiag() string {
 		st.RxPackets, st.TxPackets, st.Retransmits, st.RetryTimeouts, st.RNRNAKsSent, st.RNRNAKsReceived, strings.Join(names, ", "))
 }
 
-func (d *shDevice) AllocPD() (PD, error) {
+func (d *shDevice) AllocPD() (conformance.PD, error) {
 	p, err := d.d.AllocPD()
 	if err != nil {
 		return nil, err
@@ -164,7 +192,7 @@ func (d *shDevice) AllocPD() (PD, error) {
 	return &shPD{p: p, dev: d}, nil
 }
 
-func (d *shDevice) CreateCompChannel() (CompChannel, error) {
+func (d *shDevice) CreateCompChannel() (conformance.CompChannel, error) {
 	ch, err := d.d.CreateCompChannel()
 	if err != nil {
 		return nil, err
@@ -172,8 +200,8 @@ func (d *shDevice) CreateCompChannel() (CompChannel, error) {
 	return &shChannel{ch: ch, dev: d}, nil
 }
 
-func (d *shDevice) CreateCQ(cqe int, ch CompChannel, ctx any, vec int) (CQ, error) {
-	var c *cq.Channel
+func (d *shDevice) CreateCQ(cqe int, ch conformance.CompChannel, ctx any, vec int) (conformance.CQ, error) {
+	var c *hca.CompChannel
 	if ch != nil {
 		c = ch.(*shChannel).ch
 	}
@@ -183,24 +211,24 @@ func (d *shDevice) CreateCQ(cqe int, ch CompChannel, ctx any, vec int) (CQ, erro
 	}
 	w := &shCQ{q: q}
 	d.mu.Lock()
-	d.cqs[q.CQ] = w
+	d.cqs[q] = w
 	d.mu.Unlock()
 	return w, nil
 }
 
-func (d *shDevice) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
+func (d *shDevice) GetAsyncEvent(ctx context.Context) (conformance.AsyncEvent, error) {
 	e, err := d.d.GetAsyncEvent(ctx)
 	if err != nil {
-		return AsyncEvent{}, err
+		return conformance.AsyncEvent{}, err
 	}
-	out := AsyncEvent{Type: e.Type, Port: e.Port}
+	out := conformance.AsyncEvent{Type: e.Type, Port: e.Port}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e.QP != nil {
 		out.QP = d.qps[e.QP]
 	}
 	if e.CQ != nil {
-		out.CQ = d.cqs[e.CQ.CQ]
+		out.CQ = d.cqs[e.CQ]
 	}
 	if e.SRQ != nil {
 		out.SRQ = d.srqs[e.SRQ]
@@ -208,7 +236,7 @@ func (d *shDevice) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 	return out, nil
 }
 
-func (d *shDevice) AckAsyncEvent(e AsyncEvent) {
+func (d *shDevice) AckAsyncEvent(e conformance.AsyncEvent) {
 	// Rebuild the hca event from the wrapper objects.
 	he := hca.AsyncEvent{Type: e.Type, Port: e.Port}
 	if q, ok := e.QP.(*shQP); ok {
@@ -230,7 +258,7 @@ type shPD struct {
 
 func (p *shPD) Dealloc() error { return p.p.Dealloc() }
 
-func (p *shPD) RegMR(buf []byte, access verbs.AccessFlags) (MR, error) {
+func (p *shPD) RegMR(buf []byte, access verbs.AccessFlags) (conformance.MR, error) {
 	m, err := p.p.RegMR(buf, access)
 	if err != nil {
 		return nil, err
@@ -238,7 +266,7 @@ func (p *shPD) RegMR(buf []byte, access verbs.AccessFlags) (MR, error) {
 	return m, nil
 }
 
-func (p *shPD) CreateQP(init *QPInitAttr) (QP, error) {
+func (p *shPD) CreateQP(init *conformance.QPInitAttr) (conformance.QP, error) {
 	hi := &hca.QPInitAttr{Context: init.Context, Cap: init.Cap, QPType: init.QPType, SQSigAll: init.SQSigAll}
 	if c, ok := init.SendCQ.(*shCQ); ok {
 		hi.SendCQ = c.q
@@ -260,7 +288,7 @@ func (p *shPD) CreateQP(init *QPInitAttr) (QP, error) {
 	return w, nil
 }
 
-func (p *shPD) CreateSRQ(attr verbs.SRQAttr, ctx any) (SRQ, error) {
+func (p *shPD) CreateSRQ(attr verbs.SRQAttr, ctx any) (conformance.SRQ, error) {
 	s, err := p.p.CreateSRQ(&hca.SRQInitAttr{Attr: attr, Context: ctx})
 	if err != nil {
 		return nil, err
@@ -272,7 +300,7 @@ func (p *shPD) CreateSRQ(attr verbs.SRQAttr, ctx any) (SRQ, error) {
 	return w, nil
 }
 
-func (p *shPD) CreateAH(attr verbs.AHAttr) (AH, error) {
+func (p *shPD) CreateAH(attr verbs.AHAttr) (conformance.AH, error) {
 	a, err := p.p.CreateAH(attr)
 	if err != nil {
 		return nil, err
@@ -281,11 +309,11 @@ func (p *shPD) CreateAH(attr verbs.AHAttr) (AH, error) {
 }
 
 type shChannel struct {
-	ch  *cq.Channel
+	ch  *hca.CompChannel
 	dev *shDevice
 }
 
-func (c *shChannel) GetEvent(ctx context.Context) (CQ, error) {
+func (c *shChannel) GetEvent(ctx context.Context) (conformance.CQ, error) {
 	q, err := c.ch.GetEvent(ctx)
 	if err != nil {
 		return nil, err

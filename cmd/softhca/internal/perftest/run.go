@@ -12,11 +12,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/softhca/softhca/cq"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/link/udp"
-	"github.com/softhca/softhca/qp"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
 )
@@ -63,7 +61,7 @@ type Result struct {
 	// order.
 	Transcript []int
 	// Stats are the device's transport counters once it is closed.
-	Stats qp.Stats
+	Stats hca.Stats
 }
 
 // cacheLineSize is softhca's cache line size for check_sys_data (what
@@ -86,8 +84,8 @@ type session struct {
 	mr       *hca.MR
 	sendCQ   *hca.CQ
 	recvCQ   *hca.CQ
-	sendCh   *cq.Channel
-	recvCh   *cq.Channel
+	sendCh   *hca.CompChannel
+	recvCh   *hca.CompChannel
 	qp       *hca.QP
 	gidIndex int
 	buf      []byte
@@ -115,7 +113,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer s.close()
 	if err := s.run(ctx); err != nil {
 		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-			err = fmt.Errorf("%w (%v)", err, ctx.Err())
+			err = fmt.Errorf("%w (%w)", err, ctx.Err())
 		}
 		return s.res, err
 	}
@@ -332,7 +330,7 @@ func (s *session) createResources() error {
 	// Each CQ has its own completion channel, which wait sleeps on.
 	for _, c := range []struct {
 		cq  **hca.CQ
-		ch  **cq.Channel
+		ch  **hca.CompChannel
 		cqe int
 	}{{&s.sendCQ, &s.sendCh, s.o.TxDepth + 1}, {&s.recvCQ, &s.recvCh, s.o.RxDepth + 1}} {
 		if *c.ch, err = s.dev.CreateCompChannel(); err != nil {
@@ -423,7 +421,10 @@ func (s *session) sync() error {
 
 // connectQP moves the QP to RTR, and to RTS unless it only responds
 // (the server of a bandwidth test), with perftest's attributes
-// (ctx_connect).
+// (ctx_connect). It does not use hca's QP.Connect on purpose: the tool
+// mirrors perftest, whose attributes differ from Connect's defaults
+// (max_dest_rd_atomic and max_rd_atomic from the exchanged out_reads,
+// hop_limit 0xff, -u's timeout), and whose server stays in RTR.
 func (s *session) connectQP(my, rem Dest) error {
 	err := s.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateRTR, PathMTU: s.res.MTU,
 		DestQPNum: rem.QPN, RQPSN: rem.PSN, MaxDestRdAtomic: uint8(min(int(my.OutReads), 255)), MinRNRTimer: 12,
@@ -468,7 +469,7 @@ func (s *session) close() {
 			_ = c.Destroy(ctx)
 		}
 	}
-	for _, ch := range []*cq.Channel{s.sendCh, s.recvCh} {
+	for _, ch := range []*hca.CompChannel{s.sendCh, s.recvCh} {
 		if ch != nil {
 			_ = ch.Close()
 		}

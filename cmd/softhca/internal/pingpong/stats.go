@@ -4,14 +4,14 @@ import (
 	"encoding/json"
 	"os"
 
-	"github.com/softhca/softhca/qp"
+	"github.com/softhca/softhca/hca"
 )
 
 // StatsJSON is the device's transport counters as a flat JSON object of
 // counter names and numbers, the format interop's harness reads from
 // SOFTHCA_STATS: rx_packets, tx_packets, the transport events, and every
-// non-zero drop counter under its name (qp.Stats.DropNames).
-func StatsJSON(st qp.Stats) []byte {
+// non-zero drop counter under its name (hca.Stats.DropNames).
+func StatsJSON(st hca.Stats) []byte {
 	m := map[string]uint64{
 		"rx_packets":          st.RxPackets,
 		"tx_packets":          st.TxPackets,

@@ -1,4 +1,4 @@
-package conformance
+package softhca
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/softhca/softhca/conformance"
 	"github.com/softhca/softhca/verbs"
 )
 
@@ -30,32 +31,32 @@ type nqMutation struct {
 }
 
 type nqMutant struct {
-	inner Softhca
+	inner Target
 	m     nqMutation
 }
 
 func (t *nqMutant) Name() string { return "mutant" }
 
-func (t *nqMutant) nqPortAddrs() []netip.Addr {
-	return []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")}
-}
+// PortAddrs makes the mutant a conformance.AddrTarget, as its inner
+// target is, so that the query_gid cases run against it.
+func (t *nqMutant) PortAddrs() []netip.Addr { return t.inner.PortAddrs() }
 
-func (t *nqMutant) Open() (Device, error) {
+func (t *nqMutant) Open() (conformance.Device, error) {
 	d, err := t.inner.Open()
 	if err != nil {
 		return nil, err
 	}
-	return &mDevice{Device: d, m: t.m, cqs: map[CQ]*mCQ{}}, nil
+	return &mDevice{Device: d, m: t.m, cqs: map[conformance.CQ]*mCQ{}}, nil
 }
 
 type mDevice struct {
-	Device
+	conformance.Device
 	m   nqMutation
 	mu  sync.Mutex
-	cqs map[CQ]*mCQ // inner -> wrapper
+	cqs map[conformance.CQ]*mCQ // inner -> wrapper
 }
 
-func (d *mDevice) wrapCQ(c CQ) CQ {
+func (d *mDevice) wrapCQ(c conformance.CQ) conformance.CQ {
 	if c == nil {
 		return nil
 	}
@@ -67,7 +68,7 @@ func (d *mDevice) wrapCQ(c CQ) CQ {
 	return c
 }
 
-func unwrapCQ(c CQ) CQ {
+func unwrapCQ(c conformance.CQ) conformance.CQ {
 	if w, ok := c.(*mCQ); ok {
 		return w.CQ
 	}
@@ -95,7 +96,7 @@ func (d *mDevice) SetAsyncNonBlocking(nb bool) {
 	}
 }
 
-func (d *mDevice) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
+func (d *mDevice) GetAsyncEvent(ctx context.Context) (conformance.AsyncEvent, error) {
 	e, err := d.Device.GetAsyncEvent(ctx)
 	e.CQ = d.wrapCQ(e.CQ)
 	if d.m.asyncQPDropped {
@@ -104,14 +105,14 @@ func (d *mDevice) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 	return e, err
 }
 
-func (d *mDevice) AckAsyncEvent(e AsyncEvent) {
+func (d *mDevice) AckAsyncEvent(e conformance.AsyncEvent) {
 	if e.CQ != nil {
 		e.CQ = unwrapCQ(e.CQ)
 	}
 	d.Device.AckAsyncEvent(e)
 }
 
-func (d *mDevice) AllocPD() (PD, error) {
+func (d *mDevice) AllocPD() (conformance.PD, error) {
 	p, err := d.Device.AllocPD()
 	if err != nil {
 		return nil, err
@@ -119,7 +120,7 @@ func (d *mDevice) AllocPD() (PD, error) {
 	return &mPD{PD: p, d: d}, nil
 }
 
-func (d *mDevice) CreateCompChannel() (CompChannel, error) {
+func (d *mDevice) CreateCompChannel() (conformance.CompChannel, error) {
 	ch, err := d.Device.CreateCompChannel()
 	if err != nil {
 		return nil, err
@@ -127,7 +128,7 @@ func (d *mDevice) CreateCompChannel() (CompChannel, error) {
 	return &mChannel{CompChannel: ch, d: d}, nil
 }
 
-func (d *mDevice) CreateCQ(cqe int, ch CompChannel, ctx any, vec int) (CQ, error) {
+func (d *mDevice) CreateCQ(cqe int, ch conformance.CompChannel, ctx any, vec int) (conformance.CQ, error) {
 	if w, ok := ch.(*mChannel); ok {
 		ch = w.CompChannel
 	}
@@ -146,7 +147,7 @@ func (d *mDevice) CreateCQ(cqe int, ch CompChannel, ctx any, vec int) (CQ, error
 }
 
 type mPD struct {
-	PD
+	conformance.PD
 	d *mDevice
 }
 
@@ -158,14 +159,14 @@ func (p *mPD) Dealloc() error {
 	return err
 }
 
-func (p *mPD) RegMR(buf []byte, a verbs.AccessFlags) (MR, error) {
+func (p *mPD) RegMR(buf []byte, a verbs.AccessFlags) (conformance.MR, error) {
 	if p.d.m.regMRLax && a&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 {
 		a |= verbs.AccessLocalWrite
 	}
 	return p.PD.RegMR(buf, a)
 }
 
-func (p *mPD) CreateQP(init *QPInitAttr) (QP, error) {
+func (p *mPD) CreateQP(init *conformance.QPInitAttr) (conformance.QP, error) {
 	in := *init
 	in.SendCQ, in.RecvCQ = unwrapCQ(in.SendCQ), unwrapCQ(in.RecvCQ)
 	if s, ok := in.SRQ.(*mSRQ); ok {
@@ -174,7 +175,7 @@ func (p *mPD) CreateQP(init *QPInitAttr) (QP, error) {
 	return p.PD.CreateQP(&in)
 }
 
-func (p *mPD) CreateSRQ(a verbs.SRQAttr, ctx any) (SRQ, error) {
+func (p *mPD) CreateSRQ(a verbs.SRQAttr, ctx any) (conformance.SRQ, error) {
 	s, err := p.PD.CreateSRQ(a, ctx)
 	if err != nil {
 		return nil, err
@@ -183,11 +184,11 @@ func (p *mPD) CreateSRQ(a verbs.SRQAttr, ctx any) (SRQ, error) {
 }
 
 type mChannel struct {
-	CompChannel
+	conformance.CompChannel
 	d *mDevice
 }
 
-func (ch *mChannel) GetEvent(ctx context.Context) (CQ, error) {
+func (ch *mChannel) GetEvent(ctx context.Context) (conformance.CQ, error) {
 	c, err := ch.CompChannel.GetEvent(ctx)
 	if err != nil {
 		return nil, err
@@ -199,7 +200,7 @@ func (ch *mChannel) GetEvent(ctx context.Context) (CQ, error) {
 }
 
 type mCQ struct {
-	CQ
+	conformance.CQ
 	m nqMutation
 }
 
@@ -227,7 +228,7 @@ func (c *mCQ) AckEvents(n int) {
 }
 
 type mSRQ struct {
-	SRQ
+	conformance.SRQ
 	m nqMutation
 }
 
@@ -291,8 +292,8 @@ func TestNonQPCasesCatchMutants(t *testing.T) {
 			"async_event/blocked-get-wakes-on-event",
 		}},
 	}
-	byName := map[string]Case{}
-	for _, c := range Cases() {
+	byName := map[string]conformance.Case{}
+	for _, c := range conformance.Cases() {
 		byName[c.Name] = c
 	}
 	for _, mu := range mutants {
@@ -304,7 +305,7 @@ func TestNonQPCasesCatchMutants(t *testing.T) {
 			}
 			t.Run(mu.name+"/"+name, func(t *testing.T) {
 				t.Parallel()
-				if r := RunCase(target, c); r.Outcome != Failed {
+				if r := conformance.RunCase(target, c); r.Outcome != conformance.Failed {
 					t.Errorf("case %s %s against mutant %s, want FAIL", name, r.Outcome, mu.name)
 				}
 			})
@@ -320,7 +321,7 @@ func TestNonQPCasesCatchMutants(t *testing.T) {
 	} {
 		t.Run("no mutation/"+name, func(t *testing.T) {
 			t.Parallel()
-			if r := RunCase(clean, byName[name]); r.Outcome != Passed {
+			if r := conformance.RunCase(clean, byName[name]); r.Outcome != conformance.Passed {
 				t.Errorf("unmutated wrapper: case %s %s: %v", name, r.Outcome, r.Messages)
 			}
 		})

@@ -13,7 +13,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/softhca/softhca/cq"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/link/udp"
@@ -61,7 +60,7 @@ type session struct {
 	conn     net.Conn
 	dev      *hca.Device
 	statsDev *hca.Device // dev, kept for writeStats after it is closed
-	ch       *cq.Channel
+	ch       *hca.CompChannel
 	pd       *hca.PD
 	mr       *hca.MR
 	cq       *hca.CQ
@@ -411,6 +410,7 @@ func (s *session) createQPs(port uint8) error {
 	c := &s.cfg
 	typ := verbs.QPTypeRC
 	switch c.Mode {
+	case RC, SRQ: // RC QPs
 	case UC:
 		typ = verbs.QPTypeUC
 	case UD:
@@ -520,6 +520,11 @@ func (s *session) exchange() error {
 
 // connectQPs moves the QPs to RTR and RTS towards the peer's (and, for
 // ud, creates the address handle), with the attributes the examples use.
+// It does not use hca's QP.Connect on purpose: the tool mirrors
+// pp_connect_ctx of rdma-core's examples step by step, their quirks
+// included (an address vector without a GRH when the peer sent no GID, a
+// GID index of -1 as 255, the LID and SL), so that it fails where they
+// fail and with their messages.
 func (s *session) connectQPs() error {
 	c := &s.cfg
 	port := uint8(c.IBPort)
@@ -691,7 +696,7 @@ func (s *session) loop(ctx context.Context) error {
 				return fail("Failed to get cq_event", err)
 			}
 			s.numEvents++
-			if evCQ != s.cq.CQ {
+			if evCQ != s.cq {
 				return fmt.Errorf("CQ event for unknown CQ %p", evCQ)
 			}
 			if err := s.cq.ReqNotify(false); err != nil {

@@ -1,0 +1,447 @@
+package transport
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/softhca/softhca/internal/clock"
+	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/wire"
+)
+
+// Config describes the transport of a device.
+type Config struct {
+	Link  link.Link
+	Clock clock.Clock // default clock.Real{}
+	// Mem is the device's registered memory.
+	Mem Memory
+	// Workers is the size of the worker pool; default 2.
+	Workers int
+	// QueueLen is how many received packets each worker holds waiting
+	// for its turn; more are dropped (DropQueueFull). Default 1024.
+	QueueLen int
+	// Buffers is how many receive buffers the engine has; when all are
+	// waiting in queues, new packets are dropped (DropNoBuffer).
+	// Default Workers*QueueLen plus one receive batch.
+	Buffers int
+	// BusyPoll: the application's polls drive the transport (Progress),
+	// and a lone request is sent from the goroutine that posts it.
+	BusyPoll bool
+	// Trace, if set, is called for every packet sent and received (for
+	// the demo's packet ladder and pcap writing). It runs on engine
+	// goroutines and must not call back into the device.
+	Trace func(dir Direction, p *link.Packet)
+}
+
+// Direction says whether a traced packet was sent or received.
+type Direction uint8
+
+// Directions.
+const (
+	Sent Direction = iota
+	Received
+)
+
+// Endpoint is one QP as the scheduler drives it. The qp package's QP
+// implements it: each method takes the QP's lock, calls the protocol
+// (QP.Receive, Run, Timer) with t.Env(), applies what the protocol asks
+// of the QP, and returns what the scheduler needs to know.
+type Endpoint interface {
+	Receive(t *Turn, p *wire.Packet) Result
+	Run(t *Turn) Result
+	Timer(t *Turn) Result
+}
+
+// Result is what an Endpoint call tells the scheduler.
+type Result struct {
+	// Run: call Run before the batch is sent. More: Run stopped at its
+	// budget; call it again after the others.
+	Run, More bool
+	// Delivered: a receive completed.
+	Delivered bool
+	// Held: Receive could not take the packet yet; the scheduler keeps
+	// it, in order with the QP's later packets, and offers it again
+	// after Run.
+	Held bool
+	// Deadline: when Timer should be called; zero for never.
+	Deadline time.Time
+}
+
+// FromEffects turns what the protocol reported into a Result.
+func FromEffects(fx Effects, deadline time.Time) Result {
+	return Result{Run: fx.Run, More: fx.More, Delivered: fx.Delivered, Held: fx.Held, Deadline: deadline}
+}
+
+// Engine is a device's transport scheduler: it reads the link, hands
+// each packet to the worker that owns its QP, runs the QPs' protocol on
+// the workers, and sends what they build.
+type Engine struct {
+	cfg     Config
+	workers []*worker
+	c       Counters
+	table   qpTable
+	pool    bufPool
+	// poller is the link when it can be read without waiting (busy
+	// polling, Progress); nil otherwise.
+	poller link.Poller
+	// rxMu serialises reading the link and handing the packets to the
+	// workers (the receive goroutine, busy pollers), so that each QP's
+	// packets reach its worker in arrival order. It guards rx and
+	// rxErr.
+	rxMu    sync.Mutex
+	rx      rxBatch
+	rxErr   error
+	readyFn func() bool // e.ready, made once
+	done    chan struct{}
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+}
+
+// rxBuf is a received packet: its buffer and its parsed views.
+type rxBuf struct {
+	b [link.MaxPacketSize]byte
+	p wire.Packet
+}
+
+// A transmit batch is flushed when it holds txBatch packets or
+// txBatchBytes bytes, whichever comes first. Small packets want large
+// batches (one system call for many); large ones want the receiver to
+// start early: 64 packets of 4 KiB are half the 128-PSN window, which the
+// peer would see only after the whole quarter megabyte went through the
+// kernel, while the requester, its window soon full, waits for ACKs.
+const (
+	txBatch      = 64
+	txBatchBytes = 64 << 10
+	// runBudget is what one Run may build before the other QPs of the
+	// worker get their turn (round robin).
+	runBudget = 64 << 10
+	// holdLen bounds the requests one QP keeps waiting behind a READ
+	// response: a requester's window is 128 PSNs.
+	holdLen = 128
+	// rxBatchLen is how many packets one read of the link takes.
+	rxBatchLen = 32
+)
+
+// NewEngine starts the engine's workers and receive goroutine.
+func NewEngine(cfg Config) *Engine {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2
+	}
+	if cfg.QueueLen <= 0 {
+		cfg.QueueLen = 1024
+	}
+	if cfg.Buffers <= 0 {
+		cfg.Buffers = cfg.Workers*cfg.QueueLen + rxBatchLen
+	}
+	e := &Engine{cfg: cfg, done: make(chan struct{})}
+	e.poller, _ = cfg.Link.(link.Poller)
+	e.readyFn = e.ready
+	e.pool.init(cfg.Buffers)
+	for range cfg.Workers {
+		w := newWorker(e, cfg.QueueLen)
+		e.workers = append(e.workers, w)
+		e.wg.Add(1)
+		go w.run()
+	}
+	e.rx = rxBatch{pkts: make([]link.Packet, rxBatchLen), bufs: make([]*rxBuf, rxBatchLen),
+		perWorker: make([][]pktEvent, len(e.workers)), used: rxBatchLen}
+	for i := range e.rx.perWorker {
+		e.rx.perWorker[i] = make([]pktEvent, 0, rxBatchLen)
+	}
+	for i := range e.rx.bufs {
+		e.rx.bufs[i] = new(rxBuf) // the batch's own buffers, outside the pool
+	}
+	e.wg.Add(1)
+	go e.receive()
+	return e
+}
+
+// Attach makes the scheduler deliver the packets for QP number qpn to ep,
+// and returns the handle through which the QP rings its doorbell and
+// leaves. A number may be attached once at a time.
+func (e *Engine) Attach(qpn uint32, ep Endpoint) *Handle {
+	h := &Handle{e: e, w: e.workers[int(qpn)%len(e.workers)], ep: ep, qpn: qpn}
+	e.table.store(qpn, h)
+	return h
+}
+
+// Quiesce waits until every worker turn that was running when it was
+// called has ended. Memory the transport may touch only during turns
+// (registered regions, a QP's queues) is no longer touched once a change
+// made before Quiesce is visible and Quiesce returns: a deregistered
+// region's lookups fail from the change on, and lookups made before it
+// have finished with their bytes. The caller must not hold a lock a turn
+// takes (a QP's, a CQ's).
+func (e *Engine) Quiesce() {
+	for _, w := range e.workers {
+		w.guard.Lock()
+		//nolint:staticcheck // an empty critical section: waiting is the point
+		w.guard.Unlock()
+	}
+}
+
+// Sync waits until every worker has handled and sent what was queued for
+// it when Sync was called: the packets received, the work posted, the
+// acknowledgements owed.
+func (e *Engine) Sync() {
+	for _, w := range e.workers {
+		w.sync()
+	}
+}
+
+// Close stops the engine's goroutines. It closes the link after the
+// workers have sent what they owe (Sync): the ACK of a message whose
+// completion the application already polled must not die with the
+// device (rxe's destroy waits for its responder in the same way).
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	e.Sync()
+	err := e.cfg.Link.Close()
+	close(e.done)
+	e.wg.Wait()
+	return err
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Engine) Stats() Stats { return e.c.Snapshot() }
+
+// Counters returns the engine's live counters.
+func (e *Engine) Counters() *Counters { return &e.c }
+
+// receive reads packets from the link and dispatches them.
+func (e *Engine) receive() {
+	defer e.wg.Done()
+	for {
+		var err error
+		if e.poller != nil {
+			if err = e.poller.WaitReadable(e.readyFn); err == nil {
+				e.rxMu.Lock()
+				err, e.rxErr = e.rxErr, nil
+				e.rxMu.Unlock()
+			}
+		} else {
+			// A link that cannot be polled is read only here, so the
+			// lock is never contended while Recv waits.
+			e.rxMu.Lock()
+			_, err = e.readLocked(false, turnWake)
+			e.rxMu.Unlock()
+		}
+		if err != nil && (errors.Is(err, net.ErrClosed) || e.closed.Load()) {
+			return
+		}
+	}
+}
+
+// ready is the receive goroutine's WaitReadable callback: it reads and
+// dispatches what is queued, and asks to wait again (false) unless the
+// link failed. Busy pollers read the same link under the same lock.
+func (e *Engine) ready() bool {
+	e.rxMu.Lock()
+	defer e.rxMu.Unlock()
+	for {
+		n, err := e.readLocked(true, turnWake)
+		if err != nil {
+			e.rxErr = err
+			return true
+		}
+		if n < len(e.rx.pkts) {
+			return false // drained: the next datagram calls again
+		}
+	}
+}
+
+// rxBatch is the receive side's reused state: the packets of one read,
+// their buffers, and their per-worker events.
+type rxBatch struct {
+	pkts      []link.Packet
+	bufs      []*rxBuf
+	perWorker [][]pktEvent
+	// used: pkts[:used] were resliced or handed on by the last read;
+	// the others still hold their whole buffers.
+	used int
+}
+
+// readLocked reads a batch from the link (try: without waiting), parses
+// it and hands each worker its share at once. The receive goroutine
+// does not run protocol work itself (turnWake): on two cores, receiving
+// while a worker transmits is what carries a stream. A busy poller does
+// (turnPoll).
+//
+// Preconditions: e.rxMu is held.
+func (e *Engine) readLocked(try bool, mode turnMode) (int, error) {
+	b := &e.rx
+	for i := range b.pkts[:b.used] {
+		b.pkts[i].Buf = b.bufs[i].b[:]
+	}
+	b.used = len(b.pkts) // until the read says how many it filled
+	var n int
+	var err error
+	if try {
+		n, err = e.poller.TryRecv(b.pkts)
+	} else {
+		n, err = e.cfg.Link.Recv(b.pkts)
+	}
+	if err != nil || n == 0 {
+		if err == nil {
+			b.used = 0
+		}
+		return 0, err
+	}
+	b.used = n
+	for i := range n {
+		h := e.dispatch(&b.pkts[i], b.bufs[i])
+		if h == nil {
+			continue
+		}
+		// The packet's buffer goes to the worker; the batch takes a
+		// fresh one from the pool, and without one the packet is
+		// dropped.
+		fresh := e.pool.get()
+		if fresh == nil {
+			e.c.Drop(DropNoBuffer)
+			continue
+		}
+		wi := int(h.qpn) % len(e.workers)
+		b.perWorker[wi] = append(b.perWorker[wi], pktEvent{h: h, rx: b.bufs[i]})
+		b.bufs[i] = fresh
+	}
+	for wi, evs := range b.perWorker {
+		if len(evs) > 0 {
+			e.workers[wi].submitPackets(evs, mode)
+			clear(evs)
+			b.perWorker[wi] = evs[:0]
+		}
+	}
+	return n, nil
+}
+
+// Progress drives the transport from the calling goroutine, for an
+// application that polls its completion queues (Config.BusyPoll;
+// otherwise it does nothing): it reads what the link has queued and
+// handles it here, without waking a goroutine, and when nothing arrived
+// it sends what earlier calls left owed. It reports whether it did
+// anything. It does nothing when the link cannot be polled, or another
+// goroutine is reading it.
+//
+// The ACKs of receives it delivers are left for the application's next
+// call, at most one: an answer posted at once leaves with them in one
+// datagram, and otherwise the next poll (or the worker's goroutine,
+// woken as a backstop) sends them.
+func (e *Engine) Progress() bool {
+	if !e.cfg.BusyPoll || e.poller == nil || e.closed.Load() || !e.rxMu.TryLock() {
+		return false
+	}
+	n, _ := e.readLocked(true, turnPoll)
+	e.rxMu.Unlock()
+	if n > 0 {
+		return true
+	}
+	did := false
+	for _, w := range e.workers {
+		if w.runOwed() {
+			did = true
+		}
+	}
+	return did
+}
+
+// dispatch parses one packet and returns the handle of the QP it is for,
+// or nil when it was dropped (and counted).
+func (e *Engine) dispatch(lp *link.Packet, rb *rxBuf) *Handle {
+	e.c.Rx.Add(1)
+	n := lp.Net
+	n.DontFragment = true
+	if r := wire.ParseDatagram(lp.Buf, &n, &rb.p); r != wire.DropNone {
+		e.c.Parse[r].Add(1)
+		return nil
+	}
+	if e.cfg.Trace != nil {
+		lp.Net.ID = rb.p.Net.ID // as recovered by the ICRC check, so a pcap verifies
+		e.cfg.Trace(Received, lp)
+	}
+	h := e.table.load(rb.p.BTH.DestQP())
+	if h == nil {
+		e.c.Drop(DropUnknownQP)
+	}
+	return h
+}
+
+// bufPool is the fixed set of receive buffers that packets wait in.
+type bufPool struct {
+	mu   sync.Mutex
+	free []*rxBuf // protected by mu
+}
+
+func (p *bufPool) init(n int) {
+	p.free = make([]*rxBuf, n)
+	for i := range p.free {
+		p.free[i] = new(rxBuf)
+	}
+}
+
+// get returns a free buffer, or nil when every one is in use.
+func (p *bufPool) get() *rxBuf {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.free)
+	if n == 0 {
+		return nil
+	}
+	b := p.free[n-1]
+	p.free[n-1] = nil
+	p.free = p.free[:n-1]
+	return b
+}
+
+// put returns a buffer to the pool.
+func (p *bufPool) put(b *rxBuf) {
+	p.mu.Lock()
+	p.free = append(p.free, b) // never beyond its capacity: only its own buffers return
+	p.mu.Unlock()
+}
+
+// qpTable maps QP numbers to handles: a two-level radix table over the
+// 24-bit number, read without locking on every received packet; adding
+// and removing a QP cost O(1).
+type qpTable struct {
+	mu  sync.Mutex // serialises writers
+	top [1 << 12]atomic.Pointer[qpLeaf]
+}
+
+type qpLeaf [1 << 12]atomic.Pointer[Handle]
+
+func (t *qpTable) load(qpn uint32) *Handle {
+	leaf := t.top[(qpn>>12)&0xfff].Load()
+	if leaf == nil {
+		return nil
+	}
+	return leaf[qpn&0xfff].Load()
+}
+
+func (t *qpTable) store(qpn uint32, h *Handle) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	slot := &t.top[(qpn>>12)&0xfff]
+	leaf := slot.Load()
+	if leaf == nil {
+		leaf = new(qpLeaf)
+		slot.Store(leaf)
+	}
+	leaf[qpn&0xfff].Store(h)
+}
+
+func (t *qpTable) remove(qpn uint32, h *Handle) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if leaf := t.top[(qpn>>12)&0xfff].Load(); leaf != nil {
+		leaf[qpn&0xfff].CompareAndSwap(h, nil)
+	}
+}

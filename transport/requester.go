@@ -1,0 +1,540 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
+)
+
+// maxUnackedPSNs is the requester's window: PSNs sent and not yet
+// acknowledged (rxe's RXE_MAX_UNACKED_PSNS).
+const maxUnackedPSNs = 128
+
+// ackReqInterval: a requester sets AckReq at least this often within a
+// long message, so that the responder acknowledges before the window
+// fills.
+const ackReqInterval = 64
+
+// RequesterState is what the requester is doing (IBTA 9.7.4, the
+// requester side of an RC, UC or UD QP).
+//
+//	Inactive --start (RTR->RTS)--> Sending <--> GoBack
+//	                                  |   ^
+//	                        RNR NAK   v   | RNR timer (via GoBack)
+//	                                RNRWait
+//
+// Every state moves to Inactive when the QP leaves RTS and SQD for SQE,
+// ERR or RESET.
+type RequesterState uint8
+
+// Requester states.
+const (
+	// RequesterInactive: the QP is not in RTS or SQD; nothing is sent.
+	RequesterInactive RequesterState = iota
+	// RequesterSending: sends what the send queue, the window, fences
+	// and max_rd_atomic allow (in SQD: only WQEs already started).
+	RequesterSending
+	// RequesterGoBack: a timer expired; the next Run resends from
+	// resumePSN (go-back-N, IBTA 9.7.6.1).
+	RequesterGoBack
+	// RequesterRNRWait: an RNR NAK arrived; nothing is sent until its
+	// timer expires, then the requester goes back to the NAKed PSN
+	// (IBTA 9.7.5.2.8).
+	RequesterRNRWait
+)
+
+var requesterStateNames = [...]string{"Inactive", "Sending", "GoBack", "RNRWait"}
+
+func (s RequesterState) String() string { return requesterStateNames[s] }
+
+// Requester turns send WQEs into packets: it assigns PSNs, segments
+// messages into path-MTU packets, keeps the window, and goes back to
+// resend when the completer or a timer says so.
+type Requester struct {
+	state RequesterState
+	psn   wire.PSN // next PSN to send
+	next  int      // SQ position (from the head) of the WQE being sent
+	off   uint32   // bytes of that WQE already sent
+	// ackPSN is the oldest PSN not yet acknowledged.
+	ackPSN wire.PSN
+	// rdAtomic counts READ and ATOMIC requests started and not completed.
+	rdAtomic int
+	// retries and rnrRetries are what is left of retry_cnt and
+	// rnr_retry (-1: forever).
+	retries, rnrRetries int
+	// resumePSN is where sending resumes (GoBack, RNRWait).
+	resumePSN wire.PSN
+	// deadline is when the timer expires (the transport timer while PSNs
+	// are outstanding, the RNR timer in RNRWait); zero when none runs.
+	deadline time.Time
+	// drainNotify: in SQD, report SQDrained when the last started WQE
+	// completes.
+	drainNotify bool
+}
+
+// setState is the requester's one transition point.
+func (r *Requester) setState(s RequesterState) {
+	if r.state == RequesterRNRWait || s == RequesterInactive || s == RequesterGoBack {
+		// The RNR timer ends with its wait; a requester that stops or
+		// is about to go back keeps no timer (Run arms it again).
+		r.deadline = time.Time{}
+	}
+	if s == RequesterInactive {
+		r.next, r.off, r.rdAtomic, r.drainNotify = 0, 0, 0, false
+	}
+	r.state = s
+}
+
+// start prepares the requester on entry to RTS.
+func (r *Requester) start(q *QP, psn wire.PSN) {
+	r.psn, r.ackPSN = psn, psn
+	r.next, r.off, r.rdAtomic = 0, 0, 0
+	r.resetRetries(q)
+	r.setState(RequesterSending)
+}
+
+// stop ends the requester's work (SQE, ERR).
+func (r *Requester) stop() { r.setState(RequesterInactive) }
+
+// resetRetries gives the retry budgets their full value: on start, after
+// progress, and after a modify sets them.
+func (r *Requester) resetRetries(q *QP) {
+	r.retries = int(q.P.RetryCnt)
+	if q.P.RetryCnt == 7 && q.P.RetryForever {
+		r.retries = -1
+	}
+	r.rnrRetries = int(q.P.RNRRetry)
+	if q.P.RNRRetry == 7 {
+		r.rnrRetries = -1 // IBTA 9.7.5.2.8: 7 means retry forever
+	}
+}
+
+// run sends what the send queue and the window allow, within the budget.
+func (r *Requester) run(q *QP, env *Env, fx *Effects) {
+	switch r.state {
+	case RequesterInactive, RequesterRNRWait:
+		return
+	case RequesterGoBack:
+		r.goBack(q, env, r.resumePSN)
+		r.setState(RequesterSending)
+	case RequesterSending:
+	}
+	sqd := q.state == verbs.QPStateSQD
+loop:
+	for r.next < q.SQ.Len() {
+		w := q.SQ.At(r.next)
+		switch w.state {
+		case WQEFailed:
+			break loop // nothing after a failed WQE is sent
+		case WQEPosted:
+			if !r.mayStart(q, w, sqd) {
+				break loop
+			}
+			if !r.startWQE(q, env, w) {
+				if w.state == WQEFailed {
+					break loop // checkHead reports it when it reaches the head
+				}
+				continue // a UD message too long for the MTU: completed unsent
+			}
+		case WQEStarted, WQEResponded:
+		}
+		if q.P.Type == verbs.QPTypeRC && r.psn.Diff(r.ackPSN) >= maxUnackedPSNs {
+			break
+		}
+		if !env.budgetLeft() {
+			fx.More = true
+			break
+		}
+		if !r.sendPacket(q, env, w) {
+			break
+		}
+	}
+	if q.P.Type == verbs.QPTypeRC && r.psn != r.ackPSN && r.deadline.IsZero() {
+		r.armTransportTimer(q, env.Now)
+	}
+	r.checkDrained(q, fx)
+}
+
+// mayStart reports whether a posted WQE may start now.
+func (r *Requester) mayStart(q *QP, w *SendWQE, sqd bool) bool {
+	switch {
+	case sqd:
+		return false // SQD: started WQEs finish, new ones wait (IBTA 11.6.3.1)
+	case w.WR.SendFlags&verbs.SendFence != 0 && r.rdAtomic > 0:
+		return false // IBV_SEND_FENCE waits for earlier READs and ATOMICs
+	case w.readAtomic() && r.rdAtomic >= max(1, int(q.P.MaxRdAtomic)):
+		return false // max_rd_atomic READs and ATOMICs are outstanding
+	}
+	return true
+}
+
+// startWQE checks a WQE's local memory and gives it its PSNs. It reports
+// false when the WQE was not started: it failed a local check (WQEFailed),
+// or it was a UD message longer than the MTU, completed without sending.
+func (r *Requester) startWQE(q *QP, env *Env, w *SendWQE) bool {
+	length := uint32(0)
+	if w.WR.SendFlags&verbs.SendInline != 0 {
+		length = uint32(len(w.Inline))
+	} else {
+		for _, sge := range w.SGL {
+			length += sge.Length
+		}
+	}
+	w.length = length
+	mtu := q.P.MTU
+	if q.P.Type == verbs.QPTypeUD && length > mtu {
+		// IBTA C10-93.1.1: a UD message longer than the port MTU is not
+		// sent, "Further, the CI shall not generate an error due to this
+		// condition" (rxe does the same).
+		if q.P.UDOversizeError {
+			r.fail(w, verbs.WCLocLenErr)
+			return false
+		}
+		q.completeHead(verbs.WCSuccess) // UD completes in order: it is the head
+		return false
+	}
+	if w.InlineBad || !r.localSGLOK(q, env, w) {
+		r.fail(w, verbs.WCLocProtErr)
+		return false
+	}
+	n := packetsFor(length, mtu) // a READ takes one PSN per response packet
+	if w.WR.Opcode.IsAtomic() {
+		n = 1
+	}
+	// A new WQE's PSNs follow the previous WQE's.
+	if r.next > 0 {
+		if prev := q.SQ.At(r.next - 1); prev.state != WQEPosted && prev.state != WQEFailed {
+			r.psn = prev.lastPSN.Add(1)
+		}
+	}
+	w.state = WQEStarted
+	w.firstPSN, w.lastPSN, w.respNext = r.psn, r.psn.Add(n-1), r.psn
+	w.seen, w.rerequested = [2]uint64{}, false
+	r.off = 0
+	if w.readAtomic() {
+		r.rdAtomic++
+	}
+	return true
+}
+
+// fail marks a WQE failed with a local error: it completes with status,
+// in order, when everything before it has (as rxe's completer does), and
+// nothing after it is sent.
+func (r *Requester) fail(w *SendWQE, status verbs.WCStatus) {
+	w.state, w.status = WQEFailed, status
+}
+
+// localSGLOK checks that every scatter element names memory of the QP's
+// PD: readable for sends and writes, writable (LOCAL_WRITE) for the
+// destination of READs and atomics.
+func (r *Requester) localSGLOK(q *QP, env *Env, w *SendWQE) bool {
+	if w.WR.SendFlags&verbs.SendInline != 0 {
+		return true
+	}
+	need := verbs.AccessFlags(0)
+	if w.readAtomic() {
+		need = verbs.AccessLocalWrite
+	}
+	for _, sge := range w.SGL {
+		if sge.Length == 0 {
+			continue
+		}
+		if _, ok := env.Mem.Lookup(sge.LKey, q.P.PD, sge.Addr, sge.Length, need); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// sendPacket builds the next packet of the WQE at r.next and reports
+// whether it could: a source region that went away fails the WQE
+// (IBV_WC_LOC_PROT_ERR, as rxe) and nothing of the packet is sent.
+func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE) bool {
+	mtu := q.P.MTU
+	total := w.length
+	var h wire.Headers
+	h.BTH.PKey = 0xffff
+	h.BTH.PSN = r.psn
+	h.BTH.DestQP = q.P.DestQPN
+	dst := &q.P.Path
+	var payload uint32
+	pos := wire.PosOnly
+	switch {
+	case w.readAtomic():
+		h.BTH.OpCode = opcodeFor(q.P.Type, w, pos)
+		h.BTH.AckReq = true
+		if w.WR.Opcode == verbs.WRRDMARead {
+			// A READ sent again asks only for what is missing: r.psn is
+			// then the first missing response's PSN (IBTA 9.7.6.1.4).
+			done := min(uint32(r.psn.Diff(w.firstPSN))*mtu, total)
+			h.RETH = wire.RETHFields{VirtualAddress: w.WR.RDMA.RemoteAddr + uint64(done), RKey: w.WR.RDMA.RKey, DMALength: total - done}
+		} else {
+			a := &w.WR.Atomic
+			h.AtomicETH = wire.AtomicETHFields{VirtualAddress: a.RemoteAddr, RKey: a.RKey, SwapAddData: a.CompareAdd}
+			if w.WR.Opcode == verbs.WRAtomicCmpAndSwp {
+				// CmpSwap: compare with CompareAdd, swap in Swap.
+				h.AtomicETH.SwapAddData, h.AtomicETH.CompareData = a.Swap, a.CompareAdd
+			}
+		}
+	default:
+		first := r.off == 0
+		payload = min(total-r.off, mtu)
+		last := r.off+payload == total
+		switch {
+		case first && last:
+			pos = wire.PosOnly
+		case first:
+			pos = wire.PosFirst
+		case last:
+			pos = wire.PosLast
+		default:
+			pos = wire.PosMiddle
+		}
+		h.BTH.OpCode = opcodeFor(q.P.Type, w, pos)
+		if q.P.Type == verbs.QPTypeRC {
+			idx := uint32(r.psn.Diff(w.firstPSN))
+			h.BTH.AckReq = last || idx%ackReqInterval == ackReqInterval-1
+		}
+		h.BTH.SolicitedEvent = last && w.WR.SendFlags&verbs.SendSolicited != 0
+		if h.BTH.OpCode.Info().Headers&wire.HasRETH != 0 {
+			h.RETH = wire.RETHFields{VirtualAddress: w.WR.RDMA.RemoteAddr, RKey: w.WR.RDMA.RKey, DMALength: total}
+		}
+		h.ImmDt = w.WR.ImmData
+		h.IETH = w.WR.InvalidateRKey
+		if q.P.Type == verbs.QPTypeUD {
+			dst = &w.Dst
+			h.BTH.DestQP = w.WR.UD.RemoteQPN
+			qkey := w.WR.UD.RemoteQKey
+			if qkey&0x80000000 != 0 {
+				qkey = q.P.QKey // IBTA 10.2.5: a Q_Key with the high bit set means "use the QP's"
+			}
+			h.DETH = wire.DETHFields{QKey: qkey, SrcQP: q.P.QPN}
+		}
+	}
+	buf := env.Out.Buffer()
+	hl := h.Encode(buf, int(payload))
+	if !gather(env.Mem, q.P.PD, w, r.off, buf[hl:hl+int(payload)]) {
+		r.fail(w, verbs.WCLocProtErr)
+		return false
+	}
+	size := h.PacketLen(int(payload))
+	wire.Seal(dst, buf[:size])
+	env.Out.Emit(size, dst)
+	env.spend(size)
+
+	switch {
+	case w.WR.Opcode == verbs.WRRDMARead:
+		r.psn = w.lastPSN.Add(1)
+		r.next++
+	case w.WR.Opcode.IsAtomic():
+		r.psn = r.psn.Add(1)
+		r.next++
+	default:
+		r.psn = r.psn.Add(1)
+		r.off += payload
+		if r.off == total {
+			r.off = 0
+			r.next++
+			if q.P.Type != verbs.QPTypeRC {
+				// UC and UD complete when the last packet is sent.
+				q.completeHead(verbs.WCSuccess)
+			}
+		}
+	}
+	return true
+}
+
+// opcodeFor returns the opcode of a packet of a send WQE at a position
+// in its message (IBTA 9.2, table 38).
+func opcodeFor(t verbs.QPType, w *SendWQE, pos wire.Position) wire.OpCode {
+	base := wire.OpCode(wire.TransportRC)
+	if t == verbs.QPTypeUC {
+		base = wire.OpCode(wire.TransportUC)
+	}
+	var low wire.OpCode
+	switch w.WR.Opcode {
+	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv:
+		if t == verbs.QPTypeUD {
+			if w.WR.Opcode == verbs.WRSendWithImm {
+				return wire.UDSendOnlyWithImmediate
+			}
+			return wire.UDSendOnly
+		}
+		low = [...]wire.OpCode{wire.PosOnly: wire.RCSendOnly, wire.PosFirst: wire.RCSendFirst,
+			wire.PosMiddle: wire.RCSendMiddle, wire.PosLast: wire.RCSendLast}[pos]
+		if pos.Last() {
+			switch w.WR.Opcode {
+			case verbs.WRSendWithImm:
+				low++ // Last/Only with Immediate follow Last/Only
+			case verbs.WRSendWithInv:
+				if pos == wire.PosOnly {
+					return wire.RCSendOnlyWithInvalidate
+				}
+				return wire.RCSendLastWithInvalidate
+			default: // SEND: Last/Only
+			}
+		}
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		low = [...]wire.OpCode{wire.PosOnly: wire.RCRDMAWriteOnly, wire.PosFirst: wire.RCRDMAWriteFirst,
+			wire.PosMiddle: wire.RCRDMAWriteMiddle, wire.PosLast: wire.RCRDMAWriteLast}[pos]
+		if pos.Last() && w.WR.Opcode == verbs.WRRDMAWriteWithImm {
+			low++
+		}
+	case verbs.WRRDMARead:
+		return wire.RCRDMAReadRequest
+	case verbs.WRAtomicCmpAndSwp:
+		return wire.RCCompareSwap
+	case verbs.WRAtomicFetchAndAdd:
+		return wire.RCFetchAdd
+	default: // LOCAL_INV and BIND_MW are refused when posted
+	}
+	return base | low
+}
+
+// headCompleted keeps the requester's position right when the WQE at the
+// head of the send queue leaves it.
+func (r *Requester) headCompleted(q *QP, w *SendWQE) {
+	if r.next == 0 && w.state != WQEPosted && w.state != WQEFailed {
+		// The requester was about to send this WQE again (after a
+		// go-back): what follows starts after its PSNs.
+		if after := w.lastPSN.Add(1); after.Diff(r.psn) > 0 {
+			r.psn = after
+		}
+		r.off = 0
+	}
+	if r.next > 0 {
+		r.next--
+	}
+}
+
+// checkDrained reports SQDrained once no started WQE is left after an
+// RTS to SQD transition that asked for it.
+func (r *Requester) checkDrained(q *QP, fx *Effects) {
+	if !r.drainNotify {
+		return
+	}
+	if q.SQ.Len() == 0 || q.SQ.At(0).state == WQEPosted {
+		r.drainNotify = false
+		fx.SQDrained = true
+	}
+}
+
+// armTransportTimer starts the transport timer if the QP has one: 4.096
+// us * 2^timeout (IBTA 9.7.6.1.3); timeout 0 means none.
+func (r *Requester) armTransportTimer(q *QP, now time.Time) {
+	if d := timeoutDuration(q.P.Timeout); d > 0 {
+		r.deadline = now.Add(d)
+	}
+}
+
+// timeoutDuration is the transport timer for a timeout attribute.
+func timeoutDuration(timeout uint8) time.Duration {
+	if timeout == 0 {
+		return 0
+	}
+	return time.Duration(4096*(uint64(1)<<timeout)) * time.Nanosecond
+}
+
+// rnrWait stops sending until the RNR timer expires, then resumes at psn.
+func (r *Requester) rnrWait(psn wire.PSN, until time.Time) {
+	r.setState(RequesterRNRWait)
+	r.resumePSN = psn
+	r.deadline = until
+}
+
+// timer handles the expiry of the requester's timer: the end of an RNR
+// wait, or a retransmission timeout (IBTA 9.7.6.1.3): go back to the
+// oldest unacknowledged PSN, or fail the head WQE once retry_cnt retries
+// are spent.
+func (r *Requester) timer(q *QP, env *Env, fx *Effects) {
+	if r.deadline.IsZero() || env.Now.Before(r.deadline) {
+		return // not yet: Deadline says when
+	}
+	r.deadline = time.Time{}
+	switch r.state {
+	case RequesterInactive, RequesterGoBack:
+		return
+	case RequesterRNRWait:
+		r.setState(RequesterGoBack) // resumePSN is the NAKed PSN
+		fx.Run = true
+		return
+	case RequesterSending:
+	}
+	// A READ or ATOMIC whose response arrived completes here if nothing
+	// else completed it.
+	q.comp.ackUpTo(q, env, r.ackPSN.Sub(1), fx)
+	if fx.Fail != FailNone || r.psn == r.ackPSN || q.SQ.Len() == 0 {
+		return
+	}
+	env.Stats.RetryTimeouts.Add(1)
+	if r.retries == 0 {
+		fx.fail(FailSend, verbs.WCRetryExcErr)
+		return
+	}
+	if r.retries > 0 {
+		r.retries--
+	}
+	// The go-back happens in the next Run, after the rest of this batch:
+	// a response in the same batch must still be judged against what
+	// was sent.
+	r.resumePSN = r.ackPSN
+	r.setState(RequesterGoBack)
+	fx.Run = true
+}
+
+// goBack rewinds the requester to resend from psn (go-back-N, IBTA
+// 9.7.6.1): the WQE holding psn restarts there and every later WQE is
+// sent again. A READ asks again only for the responses still missing (a
+// new request whose PSN, address and length start at the first missing
+// response); an ATOMIC is sent again whole (the responder replays its
+// result). An unfinished READ or ATOMIC before psn is where the requester
+// goes back to; finished ones awaiting earlier acknowledgements are
+// skipped. A failed WQE stays failed.
+func (r *Requester) goBack(q *QP, env *Env, psn wire.PSN) {
+	if psn == r.psn {
+		return // nothing sent at or beyond psn
+	}
+	limit := min(r.next+1, q.SQ.Len())
+	for i := 0; i < limit; i++ {
+		w := q.SQ.At(i)
+		if w.state == WQEPosted || w.state == WQEFailed {
+			break
+		}
+		if w.readAtomic() {
+			if w.state == WQEResponded {
+				continue
+			}
+			// An unfinished READ or ATOMIC before psn restarts here
+			// too: resending later requests does not bring its
+			// responses.
+		} else if psn.Diff(w.lastPSN) > 0 {
+			continue
+		}
+		env.Stats.Retransmits.Add(1)
+		for j := i + 1; j < limit; j++ {
+			wj := q.SQ.At(j)
+			if wj.state == WQEFailed {
+				break
+			}
+			if wj.state != WQEPosted && wj.readAtomic() {
+				r.rdAtomic--
+			}
+			wj.state = WQEPosted
+		}
+		switch {
+		case w.WR.Opcode == verbs.WRRDMARead:
+			psn = w.respNext
+		case w.WR.Opcode.IsAtomic():
+			psn = w.firstPSN
+		default:
+			if psn.Diff(w.firstPSN) < 0 {
+				psn = w.firstPSN
+			}
+			r.off = uint32(psn.Diff(w.firstPSN)) * q.P.MTU
+		}
+		r.next = i
+		r.psn = psn
+		return
+	}
+}

@@ -1,0 +1,549 @@
+package transport
+
+import (
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/softhca/softhca/internal/clock"
+	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/wire"
+)
+
+// Handle is a QP's place in the scheduler, returned by Engine.Attach.
+type Handle struct {
+	e   *Engine
+	w   *worker
+	ep  Endpoint
+	qpn uint32
+
+	// Protected by w.mu.
+	queued  bool        // on w.ready
+	pending pendingBits // what the ready entry is for
+
+	// Owned by the goroutine running w's turn, and by Detach while it
+	// holds w.guard for writing.
+	dirty    bool // on w.dirty: Run before the batch is sent
+	detached bool
+	held     []*rxBuf // requests waiting behind a READ response, oldest first
+	timer    clock.Timer
+	armedAt  time.Time // when timer fires; zero when it is not armed
+}
+
+type pendingBits uint8
+
+const (
+	pendingKick  pendingBits = 1 << iota // work was posted or a state changed
+	pendingTimer                         // the QP's timer fired
+)
+
+// Kick tells the scheduler that the QP may have work (a state change, a
+// post to a busy send queue); the worker's goroutine runs it. It may be
+// called with locks held.
+func (h *Handle) Kick() { h.w.signal(h, pendingKick, turnWake) }
+
+// Ring is the doorbell of a post to a send queue that held nothing else:
+// with busy polling, as rxe runs its requester in the caller of
+// post_send, the requester runs in the caller's goroutine unless the
+// worker is busy; otherwise it is Kick. The caller must hold no lock a
+// turn takes.
+func (h *Handle) Ring() {
+	mode := turnWake
+	if h.e.cfg.BusyPoll {
+		mode = turnInline
+	}
+	h.w.signal(h, pendingKick, mode)
+}
+
+// Flush has the QP's worker run the QP (as Kick) and waits until
+// everything queued for the worker before, this included, was handled
+// and sent. The caller must hold no lock a turn takes.
+func (h *Handle) Flush() {
+	h.Kick()
+	h.w.sync()
+}
+
+// Detach removes the QP from the scheduler: no packet is delivered to it
+// from now on, its timer is stopped, and the requests it held are
+// dropped. When Detach returns, no turn is running the QP's work, and
+// none will call it again. The caller must hold no lock a turn takes.
+func (h *Handle) Detach() {
+	h.e.table.remove(h.qpn, h)
+	w := h.w
+	w.guard.Lock()
+	defer w.guard.Unlock()
+	h.detached = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	for i, rb := range h.held {
+		h.e.c.Drop(DropDestroyed)
+		h.e.pool.put(rb)
+		h.held[i] = nil
+	}
+	h.held = h.held[:0]
+}
+
+// Turn is what an Endpoint call works with: the time of the turn and the
+// worker's transmit batch (through Env).
+type Turn struct {
+	w   *worker
+	env Env
+}
+
+// Env returns the protocol's environment for one call: the time, the
+// transmit batch, the memory, the counters and the budget of a Run.
+func (t *Turn) Env() *Env { return &t.env }
+
+// pktEvent is a received packet for a QP.
+type pktEvent struct {
+	h  *Handle
+	rx *rxBuf
+}
+
+// How a worker's turn is run: by its own goroutine, or inline by the
+// goroutine that queued its events (see the package threading note).
+type turnMode uint8
+
+const (
+	turnWake   turnMode = iota // wake the worker's goroutine
+	turnInline                 // run the turn here if nobody is running one
+	// turnPoll is turnInline for packets a busy poller read: the ACKs
+	// of receives the turn delivered are left for the application's next
+	// post or poll (see Engine.Progress).
+	turnPoll
+)
+
+// worker owns a share of the QPs and runs their protocol work: it alone
+// handles their events and uses its transmit batch, so each QP's packets
+// leave in the order they were built.
+type worker struct {
+	e *Engine
+	// guard is held for reading while a turn runs protocol work, and for
+	// writing by Quiesce and Detach, which so wait for the turn to end.
+	guard sync.RWMutex
+
+	mu sync.Mutex
+	// The packets waiting for the next turn: a fixed ring. Protected by
+	// mu.
+	rxq        []pktEvent
+	rxHead     int
+	rxLen      int
+	ready      []*Handle       // QPs with pending kicks or timers; protected by mu
+	syncs      []chan struct{} // closed when everything queued before them was sent; protected by mu
+	running    bool            // a goroutine runs the turn; protected by mu
+	notify     chan struct{}
+	readySpare []*Handle
+
+	// The rest belongs to the goroutine running the turn.
+	turn      Turn
+	batch     []pktEvent // packets taken for this round
+	readyBits []pendingBits
+	tx        []link.Packet
+	txBytes   int
+	txBufs    [][]byte
+	dirty     []*Handle // QPs to Run before the batch is sent
+	dirtyNext []*Handle
+	// delivered: this round completed a receive, so an application may
+	// be about to answer it (see turn).
+	delivered bool
+	// inline: the turn is run by the goroutine that queued its events;
+	// inlineBytes counts the bytes it built.
+	inline      bool
+	inlineBytes int
+}
+
+func newWorker(e *Engine, queueLen int) *worker {
+	w := &worker{e: e, notify: make(chan struct{}, 1), rxq: make([]pktEvent, queueLen),
+		batch: make([]pktEvent, 0, queueLen)}
+	w.turn = Turn{w: w, env: Env{Out: w, Mem: e.cfg.Mem, Stats: &e.c}}
+	w.txBufs = make([][]byte, txBatch)
+	for i := range w.txBufs {
+		w.txBufs[i] = make([]byte, link.MaxPacketSize)
+	}
+	return w
+}
+
+// sync waits until everything queued for the worker was handled and
+// sent.
+func (w *worker) sync() {
+	done := make(chan struct{})
+	w.mu.Lock()
+	w.syncs = append(w.syncs, done)
+	w.mu.Unlock()
+	w.wake()
+	<-done
+}
+
+func (w *worker) wake() {
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+// signal records a kick or a timer for h and has the turn run: the
+// worker's goroutine, or (turnInline) the caller if nobody runs it.
+func (w *worker) signal(h *Handle, bits pendingBits, mode turnMode) {
+	w.mu.Lock()
+	h.pending |= bits
+	if !h.queued {
+		h.queued = true
+		w.ready = append(w.ready, h)
+	}
+	w.startLocked(mode)
+}
+
+// submitPackets queues received packets for w's turn; those that do not
+// fit the queue are dropped.
+func (w *worker) submitPackets(evs []pktEvent, mode turnMode) {
+	w.mu.Lock()
+	for _, ev := range evs {
+		if w.rxLen == len(w.rxq) {
+			w.e.c.Drop(DropQueueFull)
+			w.e.pool.put(ev.rx)
+			continue
+		}
+		w.rxq[(w.rxHead+w.rxLen)%len(w.rxq)] = ev
+		w.rxLen++
+	}
+	w.startLocked(mode)
+}
+
+// startLocked has the turn run after events were queued: if one is
+// running it handles them; otherwise mode says who runs it.
+//
+// Preconditions: w.mu is held; startLocked releases it.
+func (w *worker) startLocked(mode turnMode) {
+	if mode == turnWake {
+		running := w.running
+		w.mu.Unlock()
+		if !running {
+			w.wake()
+		}
+		return
+	}
+	w.takeTurnLocked(mode)
+}
+
+// runOwed runs a turn here if nobody is running one and the last turn
+// left work (a busy poller's deferred ACKs).
+func (w *worker) runOwed() bool {
+	w.mu.Lock()
+	if !w.running && w.rxLen == 0 && len(w.ready) == 0 && len(w.dirty) == 0 {
+		w.mu.Unlock()
+		return false
+	}
+	return w.takeTurnLocked(turnInline)
+}
+
+// takeTurnLocked runs a turn in the calling goroutine unless one is
+// running, and reports whether it did. It is the one place a turn starts
+// (w.running set); turn and handOff end it.
+//
+// Preconditions: w.mu is held; takeTurnLocked releases it.
+func (w *worker) takeTurnLocked(mode turnMode) bool {
+	if w.running {
+		w.mu.Unlock() // the running turn handles what was queued
+		return false
+	}
+	w.running = true
+	w.mu.Unlock()
+	w.runTurn(mode)
+	return true
+}
+
+// run is the worker's goroutine: it runs a turn when woken and nobody
+// else is running one.
+func (w *worker) run() {
+	defer w.e.wg.Done()
+	for {
+		select {
+		case <-w.notify:
+		case <-w.e.done:
+			return
+		}
+		w.mu.Lock()
+		w.takeTurnLocked(turnWake)
+	}
+}
+
+// runTurn handles the worker's events until none are left, then ends the
+// turn (w.running = false). A turn not run by the worker's goroutine
+// hands the rest to it once it has built txBatchBytes; a busy poller's
+// turn also hands over the ACKs of the receives it delivered (see
+// Progress), unless an earlier one already left some.
+//
+// Preconditions: the caller set w.running.
+func (w *worker) runTurn(mode turnMode) {
+	inline := mode != turnWake
+	w.inline, w.inlineBytes = inline, 0
+	yielded := mode == turnPoll // the application is this goroutine
+	deferAcks := mode == turnPoll && len(w.dirty) == 0
+	for {
+		if !w.take() {
+			return
+		}
+		w.guard.RLock()
+		w.turn.env.Now = w.e.cfg.Clock.Now()
+		w.handleBatch()
+		w.guard.RUnlock()
+		if w.delivered && !yielded && len(w.dirty) > 0 {
+			// A receive just completed and ACKs are about to leave.
+			// The application woken by the completion runs next on
+			// this P; if it answers (a send on the same QP, as
+			// request-response traffic does), its doorbell joins this
+			// turn and its packets join the ACKs in one transmit
+			// batch: one system call instead of two, on both sides.
+			// The ACKs wait for at most one scheduling round.
+			yielded = true
+			w.delivered = false
+			runtime.Gosched()
+			continue
+		}
+		if deferAcks && w.delivered && len(w.dirty) > 0 && !w.syncPending() {
+			w.delivered = false
+			w.handOff()
+			return
+		}
+		w.delivered = false
+		w.guard.RLock()
+		w.finishBatch()
+		w.guard.RUnlock()
+		if inline && w.inlineBytes >= txBatchBytes && len(w.dirty) > 0 {
+			// Enough for a goroutine that has work of its own: the
+			// worker's goroutine sends the rest.
+			w.handOff()
+			return
+		}
+	}
+}
+
+// take moves the queued packets and ready QPs into the turn's arrays. It
+// reports false, ending the turn, when there is nothing to do; then it
+// releases the Close waiters, since everything queued before them was
+// sent.
+func (w *worker) take() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.rxLen == 0 && len(w.ready) == 0 && len(w.dirty) == 0 {
+		w.running = false
+		for i, c := range w.syncs {
+			close(c)
+			w.syncs[i] = nil
+		}
+		w.syncs = w.syncs[:0]
+		return false
+	}
+	w.batch = w.batch[:0]
+	for ; w.rxLen > 0; w.rxLen-- {
+		w.batch = append(w.batch, w.rxq[w.rxHead])
+		w.rxq[w.rxHead] = pktEvent{}
+		w.rxHead = (w.rxHead + 1) % len(w.rxq)
+	}
+	ready := w.ready
+	w.ready = w.readySpare[:0]
+	w.readySpare = ready
+	w.readyBits = w.readyBits[:0]
+	for _, h := range ready {
+		w.readyBits = append(w.readyBits, h.pending)
+		h.queued, h.pending = false, 0
+	}
+	return true
+}
+
+func (w *worker) syncPending() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.syncs) > 0
+}
+
+// handleBatch hands the round's packets to their QPs and runs the timers
+// that fired; kicks mark their QPs for Run.
+func (w *worker) handleBatch() {
+	t := &w.turn
+	for i := range w.batch {
+		ev := &w.batch[i]
+		w.deliver(ev.h, ev.rx)
+		*ev = pktEvent{}
+	}
+	for i, h := range w.readySpare {
+		bits := w.readyBits[i]
+		w.readySpare[i] = nil
+		if h.detached {
+			continue
+		}
+		if bits&pendingTimer != 0 {
+			h.armedAt = time.Time{}
+			t.env.Budget = Unlimited
+			w.apply(h, h.ep.Timer(t))
+		}
+		if bits&pendingKick != 0 {
+			w.markDirty(h)
+		}
+	}
+}
+
+// deliver hands one packet to its QP; a request goes behind the requests
+// the QP holds. Responses (ACKs, READ responses) belong to the QP's other
+// stream and pass.
+func (w *worker) deliver(h *Handle, rb *rxBuf) {
+	if h.detached {
+		w.e.c.Drop(DropDestroyed)
+		w.e.pool.put(rb)
+		return
+	}
+	if len(h.held) > 0 && rb.p.Info().Request {
+		w.hold(h, rb)
+		return
+	}
+	t := &w.turn
+	t.env.Budget = Unlimited
+	res := h.ep.Receive(t, &rb.p)
+	if res.Held {
+		w.hold(h, rb)
+	} else {
+		w.e.pool.put(rb)
+	}
+	w.apply(h, res)
+}
+
+// hold keeps a packet the QP cannot take yet, in order; beyond holdLen it
+// is dropped (the requester sends it again).
+func (w *worker) hold(h *Handle, rb *rxBuf) {
+	if len(h.held) >= holdLen {
+		w.e.c.Drop(DropHeldFull)
+		w.e.pool.put(rb)
+		return
+	}
+	h.held = append(h.held, rb)
+}
+
+// redeliver offers the QP's held packets again, oldest first, until one
+// is held again.
+func (w *worker) redeliver(h *Handle) {
+	t := &w.turn
+	for len(h.held) > 0 && !h.detached {
+		rb := h.held[0]
+		t.env.Budget = Unlimited
+		res := h.ep.Receive(t, &rb.p)
+		if res.Held {
+			w.apply(h, res)
+			return
+		}
+		copy(h.held, h.held[1:])
+		h.held[len(h.held)-1] = nil
+		h.held = h.held[:len(h.held)-1]
+		w.e.pool.put(rb)
+		w.apply(h, res)
+	}
+}
+
+// apply records what an Endpoint call asked of the scheduler.
+func (w *worker) apply(h *Handle, res Result) {
+	if res.Run || res.More {
+		w.markDirty(h)
+	}
+	if res.Delivered {
+		w.delivered = true
+	}
+	w.setDeadline(h, res.Deadline)
+}
+
+// setDeadline arms the QP's clock timer for d, lazily: a timer that fires
+// before d is harmless (Timer finds it early and returns d again), so it
+// is reset only when d comes before it, or none is armed.
+func (w *worker) setDeadline(h *Handle, d time.Time) {
+	if d.IsZero() || (!h.armedAt.IsZero() && !d.Before(h.armedAt)) {
+		return
+	}
+	h.armedAt = d
+	delay := d.Sub(w.turn.env.Now)
+	if h.timer == nil {
+		h.timer = w.e.cfg.Clock.AfterFunc(delay, func() { w.signal(h, pendingTimer, turnWake) })
+		return
+	}
+	h.timer.Reset(delay)
+}
+
+func (w *worker) markDirty(h *Handle) {
+	if !h.dirty && !h.detached {
+		h.dirty = true
+		w.dirty = append(w.dirty, h)
+	}
+}
+
+// finishBatch runs the QPs marked for it (each within its budget; one
+// that stops at the budget goes round again after the others), offers
+// held requests again, and sends the transmit batch.
+//
+// A QP's requester packets go before its ACK: the two belong to
+// independent streams (the ACK answers the peer's requests), and with
+// UDP GSO a run of equal-length packets may end with a shorter one, so a
+// request followed by the ACK leaves as one super-packet that crosses the
+// kernel once (request-response traffic: the answer and the ACK of the
+// question it answers).
+func (w *worker) finishBatch() {
+	t := &w.turn
+	list := w.dirty
+	w.dirty = w.dirtyNext[:0]
+	for i, h := range list {
+		list[i] = nil
+		h.dirty = false
+		if h.detached {
+			continue
+		}
+		t.env.Budget = runBudget
+		if w.inline {
+			t.env.Budget = max(txBatchBytes-w.inlineBytes, 1)
+		}
+		w.apply(h, h.ep.Run(t))
+		if len(h.held) > 0 {
+			w.redeliver(h)
+		}
+	}
+	w.dirtyNext = list[:0]
+	w.flush()
+}
+
+// handOff ends the turn with work left (w.dirty) for whoever runs the
+// next one, and wakes the worker's goroutine so that somebody does.
+func (w *worker) handOff() {
+	w.mu.Lock()
+	w.running = false
+	w.mu.Unlock()
+	w.wake()
+}
+
+// Buffer returns the buffer for the next packet, sending a full batch
+// first (Emitter).
+func (w *worker) Buffer() []byte {
+	if len(w.tx) == txBatch || w.txBytes >= txBatchBytes {
+		w.flush()
+	}
+	return w.txBufs[len(w.tx)]
+}
+
+// Emit queues the packet built in Buffer's buffer (Emitter).
+func (w *worker) Emit(n int, dst *wire.Net) {
+	b := w.txBufs[len(w.tx)][:n]
+	w.tx = append(w.tx, link.Packet{Buf: b, Net: *dst})
+	w.txBytes += n
+	w.inlineBytes += n
+}
+
+// flush sends the queued packets.
+func (w *worker) flush() {
+	if len(w.tx) == 0 {
+		return
+	}
+	if w.e.cfg.Trace != nil {
+		for i := range w.tx {
+			w.e.cfg.Trace(Sent, &w.tx[i])
+		}
+	}
+	w.e.c.Tx.Add(uint64(len(w.tx)))
+	_ = w.e.cfg.Link.Send(w.tx)
+	w.tx = w.tx[:0]
+	w.txBytes = 0
+}
