@@ -453,7 +453,7 @@ func TestResponderInvalidRequest(t *testing.T) {
 			sizes: []int{testMTU, testMTU, 100}, nak: inv, status: verbs.WCLocLenErr, drop: DropInvalidRequest,
 			recvs: []string{"1:" + verbs.WCLocLenErr.String()}},
 		{name: "WRITE without REMOTE_WRITE on the QP", setup: noAccess(verbs.AccessRemoteWrite),
-			pkts: []wire.Headers{withRETH(request(wire.RCRDMAWriteOnly, testRQPSN), memVA, rkeyMem, 8)},
+			pkts:  []wire.Headers{withRETH(request(wire.RCRDMAWriteOnly, testRQPSN), memVA, rkeyMem, 8)},
 			sizes: []int{8}, nak: inv, status: remInv, drop: DropInvalidRequest, recvs: none},
 		{name: "READ without REMOTE_READ on the QP", setup: noAccess(verbs.AccessRemoteRead), pkts: []wire.Headers{rd},
 			sizes: []int{0}, nak: inv, status: remInv, drop: DropInvalidRequest, recvs: none},
