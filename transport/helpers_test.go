@@ -263,14 +263,17 @@ func defaultParams(typ verbs.QPType) Params {
 // newQPT returns a QP of the given parameters in RTS, with three
 // registered regions: a readable source, a writable destination, and a
 // region the peer may write, read and use for atomics.
-func newQPT(t testing.TB, p Params) *qpt {
+func newQPT(t testing.TB, p Params) *qpt { return newQPTSized(t, p, memSize) }
+
+// newQPTSized is newQPT with regions of size bytes.
+func newQPTSized(t testing.TB, p Params, size int) *qpt {
 	h := &qpt{t: t, rq: &fakeRQ{}, scq: &fakeCQ{}, rcq: &fakeCQ{}, mem: newFakeMem(),
 		out: newRecorder(t), stats: &Counters{}, now: t0, budget: Unlimited}
 	h.sq = ring.New[SendWQE](64)
 	h.q = &QP{P: p, SQ: &h.sq, RQ: h.rq, SendCQ: h.scq, RecvCQ: h.rcq}
-	h.src = h.mem.reg(lkeySrc, testPD, srcVA, memSize, 0)
-	h.dst = h.mem.reg(lkeyDst, testPD, dstVA, memSize, verbs.AccessLocalWrite)
-	h.mem0 = h.mem.reg(rkeyMem, testPD, memVA, memSize,
+	h.src = h.mem.reg(lkeySrc, testPD, srcVA, size, 0)
+	h.dst = h.mem.reg(lkeyDst, testPD, dstVA, size, verbs.AccessLocalWrite)
+	h.mem0 = h.mem.reg(rkeyMem, testPD, memVA, size,
 		verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
 	for i := range h.src {
 		h.src[i] = byte(i*7 + i>>8)
