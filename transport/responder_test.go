@@ -798,3 +798,40 @@ func TestResponderSendWithInvalidate(t *testing.T) {
 	require.Equal(t, []string{"1:" + verbs.WCRemInvReqErr.String()}, wcs(h.rcq.take()))
 	require.True(t, bytes.Equal(pattern(0, 8), h.dst[:8]))
 }
+
+// TestResponderAckOwedWhenRequesterFails: a request the responder
+// executed and owes a coalesced ACK for must still be acknowledged when
+// the QP's own requester fails before the next Run and moves it to ERR.
+// rxe acknowledges each request as it executes it (rxe_resp.c,
+// RESPST_ACKNOWLEDGE) and only then can a failure move the QP to ERR, so
+// the peer's request completes successfully there; here the receive has
+// completed successfully (the message was delivered) and, without its
+// ACK, the peer's SEND would end in IBV_WC_RETRY_EXC_ERR or a flush.
+func TestResponderAckOwedWhenRequesterFails(t *testing.T) {
+	for _, via := range []string{"error NAK", "retry exhausted"} {
+		t.Run(via, func(t *testing.T) {
+			p := defaultParams(verbs.QPTypeRC)
+			p.RetryCnt = 0
+			h := newQPT(t, p)
+			h.sendAll(writeWR(1, 8))
+			h.postRecv(1, 0, 64)
+			fx, pkts := h.receive(request(wire.RCSendOnly, testRQPSN), pattern(1, 8))
+			require.True(t, fx.Delivered)
+			require.Empty(t, pkts, "the ACK is owed")
+			if via == "error NAK" {
+				fx, pkts = h.receive(nak(testSQPSN, wire.NAKRemoteAccessError), nil)
+			} else {
+				h.now = h.q.Deadline()
+				fx, pkts = h.timer()
+			}
+			require.Equal(t, FailSend, fx.Fail)
+			h.applyFail(fx)
+			_, more := h.run()
+			pkts = append(pkts, more...)
+			h.q.FlushAck(h.env())
+			pkts = append(pkts, h.out.take()...)
+			require.Equal(t, []wire.OpCode{wire.RCAcknowledge}, ops(pkts), "the executed SEND was never acknowledged")
+			requireAck(t, pkts, testRQPSN, ackSyn, 1)
+		})
+	}
+}
