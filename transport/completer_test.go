@@ -27,7 +27,7 @@ func (h *qpt) sendAll(ws ...SendWQE) []sent {
 }
 
 // TestCompleterAcks: an ACK completes every WQE whose last PSN it covers,
-// in order (IBTA 9.7.5.1.1 coalesced acknowledgements, C9-?; 10.8.3.3
+// in order (IBTA 9.7.5.1.1 coalesced acknowledgements; 10.8.3.3
 // completions in order); an unsignaled WQE completes without a work
 // completion (ibv_post_send(3), IBV_SEND_SIGNALED); an ACK within a
 // message completes nothing but opens the window. The transport timer
@@ -66,11 +66,10 @@ func TestCompleterAcks(t *testing.T) {
 }
 
 // TestCompleterStaleAndDuplicateAcks: an ACK for a PSN not sent, or older
-// than the last acknowledged, is stale (IBTA 9.7.5.1.x, C9-?: the
-// requester ignores acknowledgements outside the outstanding range; rxe's
-// check_psn returns COMPST_DONE); a repeat of the last one is a duplicate
-// (rxe counts RXE_CNT_DUP_REQ... on the responder; here on the
-// requester). Each is counted under its own name.
+// than the last acknowledged, is stale (the requester ignores
+// acknowledgements outside the outstanding range: rxe_comp.c check_psn
+// returns COMPST_DONE); a repeat of the last one is a duplicate (rxe's
+// check_ack drops it too). Each is counted under its own name.
 func TestCompleterStaleAndDuplicateAcks(t *testing.T) {
 	h := newRC(t)
 	h.sendAll(sendWR(1, 0, 1), sendWR(2, 0, 1), sendWR(3, 0, 1))
@@ -96,9 +95,9 @@ func TestCompleterStaleAndDuplicateAcks(t *testing.T) {
 
 // TestCompleterSequenceNAK: a PSN sequence error NAK acknowledges the
 // PSNs before it and makes the requester resend from the NAKed PSN,
-// go-back-N (IBTA 9.7.5.2.1, C9-?; rxe's COMPST_ERROR_RETRY); the resent
+// go-back-N (IBTA 9.7.5.2.1, 9.7.6.1; rxe_comp.c COMPST_ERROR_RETRY); the resent
 // packets are the originals. A second NAK for the same PSN is stale: the
-// responder NAKs a gap once (C9-?).
+// responder NAKs a gap once (IBTA 9.7.5.2.2; rxe's sent_psn_nak).
 func TestCompleterSequenceNAK(t *testing.T) {
 	h := newRC(t)
 	orig := h.sendAll(sendWR(1, 0, 1), sendWR(2, 0, 3*testMTU), sendWR(3, 0, 9))
@@ -163,7 +162,7 @@ func TestCompleterRetryingIgnoresNAKs(t *testing.T) {
 // TestCompleterRNRNAK: an RNR NAK acknowledges the PSNs before it; the
 // requester sends nothing until the RNR timer the NAK names (IBTA table
 // 45) has expired, then resends from the NAKed PSN (IBTA 9.7.5.2.8,
-// C9-?); rnr_retry such waits are allowed, the next completes the WQE
+// rxe_comp.c COMPST_RNR_RETRY); rnr_retry such waits are allowed, the next completes the WQE
 // with IBV_WC_RNR_RETRY_EXC_ERR; rnr_retry 7 means forever
 // (ibv_modify_qp(3)).
 func TestCompleterRNRNAK(t *testing.T) {
@@ -240,10 +239,10 @@ func TestCompleterRNRNAK(t *testing.T) {
 }
 
 // TestCompleterTransportTimer: the transport timer (IBTA 9.7.6.1.3,
-// C9-140: 4.096 us * 2^timeout) runs while PSNs are unacknowledged; its
+// 4.096 us * 2^timeout; rxe's retrans_timer) runs while PSNs are unacknowledged; its
 // expiry resends from the oldest unacknowledged PSN, at most retry_cnt
 // times in a row, after which the head WQE completes with
-// IBV_WC_RETRY_EXC_ERR (C9-141); progress restores the budget. Timer
+// IBV_WC_RETRY_EXC_ERR (rxe_comp.c COMPST_ERROR_RETRY); progress restores the budget. Timer
 // before the deadline does nothing; timeout 0 means no timer
 // (ibv_modify_qp(3)).
 func TestCompleterTransportTimer(t *testing.T) {
@@ -352,9 +351,9 @@ func TestCompleterTransportTimer(t *testing.T) {
 
 // TestCompleterReadResponses: READ responses are placed by their PSN,
 // each naming its offset (IBTA 9.7.5.1.x: the response PSN identifies the
-// MTU-sized segment), so they may arrive out of order; duplicates are
+// MTU-sized segment; rxe_comp.c do_read), so they may arrive out of order; duplicates are
 // ignored and counted; the READ completes when all arrived, with its
-// length (IBTA 10.8.3.x), and its first response acknowledges what
+// length (IBTA 10.8.3), and its first response acknowledges what
 // precedes it (IBTA 9.7.5.1.2).
 func TestCompleterReadResponses(t *testing.T) {
 	h := newRC(t)
@@ -391,8 +390,8 @@ func TestCompleterReadResponses(t *testing.T) {
 
 // TestCompleterReadBadLength: a READ response whose payload is not what
 // its position leaves (one MTU, or the rest) is a bad response: the READ
-// completes with IBV_WC_BAD_RESP_ERR (ibv_poll_cq(3); rxe's check_rkey...
-// COMPST_ERROR).
+// completes with IBV_WC_BAD_RESP_ERR (ibv_poll_cq(3); rxe_comp.c
+// check_op_seq/do_read: COMPST_ERROR).
 func TestCompleterReadBadLength(t *testing.T) {
 	tests := []struct {
 		name string
@@ -422,8 +421,8 @@ func TestCompleterReadBadLength(t *testing.T) {
 // TestCompleterReadImpliedNAK: a READ whose responses stop short is asked
 // again for only what is missing: a new READ request whose PSN is the
 // first missing response's, whose RETH address and length start there
-// (IBTA 9.7.5.1.2 implied NAK, 9.7.6.1.4? "the requester may re-request
-// only the remaining data"; rxe's req_retry adjusts the RETH).
+// (IBTA 9.7.5.1.2 implied NAK, 9.7.6.1.4; rxe_req.c req_retry restarts a
+// READ at the first missing response and adjusts its RETH).
 func TestCompleterReadImpliedNAK(t *testing.T) {
 	const n = 1000
 	data := pattern(3, n)
@@ -482,7 +481,7 @@ func TestCompleterReadImpliedNAK(t *testing.T) {
 
 // TestCompleterAtomicAck: an ATOMIC acknowledge writes the original
 // remote value into the WQE's local buffer, in host order (IBTA 9.4.5,
-// ibv_post_send(3)), and completes the ATOMIC; a second one is stale.
+// ibv_post_send(3); rxe_comp.c do_atomic), and completes the ATOMIC; a second one is stale.
 func TestCompleterAtomicAck(t *testing.T) {
 	h := newRC(t)
 	h.sendAll(atomicWR(1, verbs.WRAtomicFetchAndAdd, 16, 5, 0), atomicWR(2, verbs.WRAtomicCmpAndSwp, 24, 1, 2))
@@ -551,8 +550,8 @@ func TestCompleterErrorNAKBehindUnansweredRead(t *testing.T) {
 }
 
 // TestCompleterResponseForNothing: responses when nothing is outstanding,
-// or before the QP is in RTS, are stale (IBTA 9.7.5.1.x: a response that
-// matches no outstanding request is discarded; rxe's COMPST_DONE).
+// or before the QP is in RTS, are stale (a response that matches no
+// outstanding request is discarded: rxe_comp.c check_psn, COMPST_DONE).
 func TestCompleterResponseForNothing(t *testing.T) {
 	h := newRC(t)
 	for _, hd := range []wire.Headers{ack(testSQPSN, 0), nak(testSQPSN, wire.NAKPSNSequenceError),

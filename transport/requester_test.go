@@ -24,7 +24,7 @@ type wantPkt struct {
 // 9.7.1 (one PSN per packet, consecutive), 9.7.4.1.x (a First or Middle
 // packet carries one path MTU; RETH on the First or Only packet of an
 // RDMA WRITE and on a READ request; AtomicETH on atomics), 9.2.1 (pad to
-// 4 bytes), C9-33 (SE only on the last packet of a message), and rxe's
+// 4 bytes), 9.2.2 (SE only on the last packet of a message), and rxe's
 // init_req_packet (AckReq on every last packet). A READ takes one PSN per
 // response packet (9.7.4.1.3), so the next message's PSN skips them.
 func TestRequesterSegmentation(t *testing.T) {
@@ -194,8 +194,8 @@ func TestRequesterAckReqEvery64th(t *testing.T) {
 }
 
 // TestRequesterWindow: an RC requester keeps at most 128 PSNs
-// unacknowledged (rxe's RXE_MAX_UNACKED_PSNS; IBTA 9.7.7.2.x leaves the
-// limit to the implementation within 2^23); an ACK opens it again.
+// unacknowledged (rxe_req.c RXE_MAX_UNACKED_PSNS; IBTA leaves the
+// limit to the implementation); an ACK opens it again.
 func TestRequesterWindow(t *testing.T) {
 	h := newRC(t)
 	h.post(sendWR(1, 0, 130*testMTU))
@@ -215,7 +215,7 @@ func TestRequesterWindow(t *testing.T) {
 }
 
 // TestRequesterMaxRdAtomic: at most max_rd_atomic READ and ATOMIC
-// requests are outstanding (IBTA 9.7.7.x, C9-?, ibv_modify_qp(3)); later
+// requests are outstanding (IBTA 9.7.7.x, ibv_modify_qp(3); rxe_req.c: rd_atomic); later
 // WQEs, of any kind, wait behind the one held (the send queue is
 // processed in order).
 func TestRequesterMaxRdAtomic(t *testing.T) {
@@ -356,8 +356,22 @@ func TestRequesterSQD(t *testing.T) {
 // TestRequesterSQDAfterBudget: a Run that spends its budget on the last
 // packet of one WQE must not start the next: nothing of it has been
 // sent, so after RTS to SQD it is a new WQE that SQD must not start
-// (IBTA 11.6.3.1), and SQDrainNotify must count it as not started.
+// (IBTA 11.6.3.1), and SQDrainNotify must count it as not started. The
+// same holds when the window, not the budget, stopped the Run.
 func TestRequesterSQDAfterBudget(t *testing.T) {
+	t.Run("window", func(t *testing.T) {
+		h := newRC(t)
+		h.post(sendWR(1, 0, maxUnackedPSNs*testMTU))
+		h.post(sendWR(2, 0, 10))
+		_, pkts := h.run()
+		require.Len(t, pkts, maxUnackedPSNs)
+		h.q.SetState(verbs.QPStateSQD, 0, 0)
+		require.False(t, h.q.SQDrainNotify())
+		fx, _ := h.receive(ack(testSQPSN+maxUnackedPSNs-1, 1), nil)
+		require.True(t, fx.SQDrained, "only WQE 1 had started")
+		_, pkts = h.run()
+		require.Empty(t, ops(pkts), "SQD sent a WQE that had not started")
+	})
 	h := newRC(t)
 	h.post(sendWR(1, 0, 10))
 	h.post(sendWR(2, 0, 10))
@@ -454,7 +468,7 @@ func TestRequesterSourceGone(t *testing.T) {
 
 // TestRequesterUD: a UD message is one packet (UD Send Only, with
 // immediate), with a DETH naming the QP as source and the WR's Q_Key, or
-// the QP's own when the WR's has its high bit set (IBTA 10.2.5, C10-15);
+// the QP's own when the WR's has its high bit set (IBTA 10.2.5);
 // it goes to the address handle's destination and completes when sent
 // (IBTA 10.8.3.1: unreliable services complete on send; rxe).
 func TestRequesterUD(t *testing.T) {

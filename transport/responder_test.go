@@ -38,9 +38,9 @@ var ackSyn = wire.ACKSyndrome(wire.CreditsInvalid)
 // packets placed in order across the scatter list (IBTA 9.4.1, 9.7.5.x;
 // rxe's send_data_in); its last packet completes the receive with the
 // message length, the immediate data and the SE bit (IBTA 9.2.2,
-// 10.8.3.x); the AckReq of the last packet earns an ACK (IBTA 9.7.5.1)
-// that is coalesced until Run (9.7.5.1.1), carrying the MSN (9.7.5.1.x,
-// C9-148's count of completed messages).
+// 10.8.3); the AckReq of the last packet earns an ACK (IBTA 9.7.5.1)
+// that is coalesced until Run (9.7.5.1.1), carrying the MSN, the count of
+// completed messages.
 func TestResponderSend(t *testing.T) {
 	h := newRC(t)
 	h.rq.post(7,
@@ -324,7 +324,7 @@ func TestResponderDuplicate(t *testing.T) {
 
 // TestResponderRNR: a SEND (or WRITE with immediate) with no receive WQE
 // to take is answered with an RNR NAK carrying min_rnr_timer (IBTA
-// 9.7.5.2.8, C9-?; rxe's get_rwqe failing, RESPST_ERR_RNR) and not
+// 9.7.5.2.8; rxe_resp.c get_rwqe failing, RESPST_ERR_RNR) and not
 // executed: nothing is written; the packets after it are dropped without
 // another NAK; the same PSN is accepted once a receive is posted.
 func TestResponderRNR(t *testing.T) {
@@ -476,7 +476,7 @@ func TestResponderInvalidRequest(t *testing.T) {
 // TestResponderRemoteAccessError: an R_Key that names no region, a
 // region of another PD, one without the right the operation needs, or a
 // range beyond the region is a remote access error: NAKed, and the QP
-// goes to ERR (IBTA 9.7.5.2.6? remote access error, class C; rxe's
+// goes to ERR (IBTA 9.7.5.2.6 remote access error, class C; rxe's
 // check_rkey -> RESPST_ERR_RKEY_VIOLATION).
 func TestResponderRemoteAccessError(t *testing.T) {
 	setup := func(h *qpt) {
@@ -541,7 +541,7 @@ func TestResponderRegionGoneMidWrite(t *testing.T) {
 
 // TestResponderRegionGoneMidRead: a region deregistered while a READ is
 // being answered ends the READ with a remote access error NAK at the
-// response it could not build; nothing stale is sent (IBTA 9.7.5.2.6?,
+// response it could not build; nothing stale is sent (IBTA 9.7.5.2.6,
 // rxe's read_reply: rxe_recheck_mr -> RESPST_ERR_RKEY_VIOLATION).
 func TestResponderRegionGoneMidRead(t *testing.T) {
 	h := newRC(t)
@@ -608,7 +608,7 @@ func TestResponderHeldBehindRead(t *testing.T) {
 
 // TestResponderUC: UC acknowledges nothing (IBTA 9.8); a lost or refused
 // packet drops its message, later packets are dropped until a First or
-// Only starts a new one (IBTA 9.8.3.1?; rxe's check_psn for UC,
+// Only starts a new one (IBTA 9.8.3.1; rxe's check_psn for UC,
 // drop_msg), and the receive WQE the dropped message had taken serves the
 // next message. A refused WRITE raises no error.
 func TestResponderUC(t *testing.T) {
@@ -672,7 +672,7 @@ func TestResponderUC(t *testing.T) {
 // buffer holds the 40-byte GRH area and the payload, the GRH area filled
 // as rxe fills it for IPv4 (20 zero bytes, then the IPv4 header); the
 // completion names the source QP and has IBV_WC_GRH (IBTA 11.4.1.2,
-// ibv_poll_cq(3)). A Q_Key mismatch (IBTA 10.2.5, C10-?), a payload
+// ibv_poll_cq(3)). A Q_Key mismatch (IBTA 10.2.5), a payload
 // longer than the MTU, no receive WQE, or a receive too small for
 // GRH + payload (ibv_post_recv(3)) drop the packet silently.
 func TestResponderUD(t *testing.T) {
