@@ -567,3 +567,19 @@ func TestRequesterUC(t *testing.T) {
 	require.Zero(t, h.sq.Len())
 	require.True(t, h.q.Deadline().IsZero())
 }
+
+// TestRequesterSQDrainedOnlyInSQD: the SQ Drained event belongs to the
+// drain it was asked for (IBTA 11.6.3.1: raised when a QP in SQD has no
+// outstanding WQE); a QP moved back to RTS before its started WQEs
+// completed ended that drain, and must not raise it later, in RTS (rxe
+// raises IB_EVENT_SQ_DRAINED only from its QP_STATE_DRAIN, which the
+// move to RTS leaves).
+func TestRequesterSQDrainedOnlyInSQD(t *testing.T) {
+	h := newRC(t)
+	h.sendAll(sendWR(1, 0, 10))
+	h.q.SetState(verbs.QPStateSQD, 0, 0)
+	require.False(t, h.q.SQDrainNotify())
+	h.q.SetState(verbs.QPStateRTS, 0, 0)
+	fx, _ := h.receive(ack(testSQPSN, 1), nil)
+	require.False(t, fx.SQDrained, "SQ Drained raised in RTS")
+}
