@@ -835,3 +835,23 @@ func TestResponderAckOwedWhenRequesterFails(t *testing.T) {
 		})
 	}
 }
+
+// TestResponderUDBadReceiveBuffer: a UD receive WQE whose buffer fails
+// its local check completes in error and, as for RC and UC here (FailRecv)
+// and in rxe (send_data_in -> RESPST_ERR_MALFORMED_WQE, "All, Class A":
+// do_class_ac_error, then rxe_qp_error), the QP moves to the error state
+// (IBTA 10.8.3: a receive WQE completed in error other than a flush puts
+// the QP in the error state).
+func TestResponderUDBadReceiveBuffer(t *testing.T) {
+	p := defaultParams(verbs.QPTypeUD)
+	p.MTU = 1024
+	h := newQPT(t, p)
+	h.rq.post(1, verbs.SGE{Addr: dstVA, Length: 200, LKey: 0x999})
+	hd := request(wire.UDSendOnly, 1)
+	hd.DETH = wire.DETHFields{QKey: testQKey, SrcQP: 0x33}
+	fx, _ := h.receive(hd, pattern(0, 8))
+	got := h.rcq.take()
+	require.Len(t, got, 1)
+	require.NotEqual(t, verbs.WCSuccess, got[0].Status)
+	require.Equal(t, FailRecv, fx.Fail, "the QP stays in RTS after a receive completed in error")
+}
