@@ -233,8 +233,30 @@ func fuzzSeeds(t testing.TB) [][]byte {
 		frames(2, seedPacket(wire.RCRDMAReadRequest, testRQPSN), seedPacket(wire.RCSendOnly, testRQPSN+3),
 			seedPacket(wire.RCRDMAReadRequest, testRQPSN), seedPacket(wire.RCFetchAdd, testRQPSN+4),
 			seedPacket(wire.RCFetchAdd, testRQPSN+4)),
+		// Duplicate and stale responses, a duplicate and a future
+		// request, a message out of sequence, a wrong P_Key and Q_Key.
+		frames(0, ackH(testSQPSN+2, wire.ACKSyndrome(wire.CreditsInvalid)), ackH(testSQPSN+2, wire.ACKSyndrome(wire.CreditsInvalid)),
+			ackH(testSQPSN-5, wire.ACKSyndrome(wire.CreditsInvalid)), ackH(testSQPSN+50, wire.ACKSyndrome(wire.CreditsInvalid))),
+		frames(0, seedPacket(wire.RCRDMAReadResponseOnly, testSQPSN+3), seedPacket(wire.RCAtomicAcknowledge, testSQPSN+6),
+			seedPacket(wire.RCAtomicAcknowledge, testSQPSN+6), seedPacket(wire.RCRDMAReadResponseFirst, testSQPSN+3)),
+		frames(1, seedPacket(wire.RCSendOnly, testRQPSN-1), seedPacket(wire.RCSendOnly, testRQPSN+5),
+			seedPacket(wire.RCSendOnly, testRQPSN+6), seedPacket(wire.RCSendMiddle, testRQPSN),
+			seedPacket(wire.UCSendMiddle, testRQPSN+7), seedPacket(wire.UCSendMiddle, testRQPSN+7)),
+		frames(0, withPKey(seedPacket(wire.RCSendOnly, testRQPSN), 0x1234), withQKey(seedPacket(wire.UDSendOnly, 1), 9)),
 	)
 	return seeds
+}
+
+// withPKey sets a packet's P_Key.
+func withPKey(raw []byte, pkey uint16) []byte {
+	binary.BigEndian.PutUint16(raw[2:], pkey)
+	return raw
+}
+
+// withQKey sets a UD packet's Q_Key.
+func withQKey(raw []byte, qkey uint32) []byte {
+	binary.BigEndian.PutUint32(raw[wire.BTHSize:], qkey)
+	return raw
 }
 
 // TestFuzzSeeds checks that every frame of the fuzz target's seeds
