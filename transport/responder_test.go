@@ -658,8 +658,9 @@ func TestResponderUC(t *testing.T) {
 	require.Equal(t, uint64(1), h.stats.Snapshot().Drops[DropUCNoReceive])
 
 	// A message longer than its receive buffer completes it with
-	// IBV_WC_LOC_LEN_ERR and the QP goes to ERR (rxe: class D without
-	// an SRQ).
+	// IBV_WC_LOC_LEN_ERR and the QP goes to ERR: an error on RC and UC
+	// QPs, as ibv_post_recv(3) has it and conformance/ expects (current
+	// rxe drops the message instead: RESPST_ERR_LENGTH, UC class D).
 	h.postRecv(3, 0, 100)
 	fx, _ = h.receive(request(wire.UCSendFirst, testRQPSN+14), data[:256])
 	require.Equal(t, FailRecv, fx.Fail)
