@@ -81,8 +81,8 @@ type fakeCQ struct {
 	solicited []bool
 }
 
-func (c *fakeCQ) Push(wc *verbs.WC, solicited bool) bool {
-	c.wcs = append(c.wcs, *wc)
+func (c *fakeCQ) Push(wc verbs.WC, solicited bool) bool {
+	c.wcs = append(c.wcs, wc)
 	c.solicited = append(c.solicited, solicited)
 	return true
 }
