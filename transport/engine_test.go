@@ -282,7 +282,6 @@ func TestEngineInOrder(t *testing.T) {
 	var mu sync.Mutex
 	for _, n := range qpns {
 		ep := et.ep(fmt.Sprint(n))
-		n := n
 		ep.recv = func(_ *Turn, p *wire.Packet) Result {
 			mu.Lock()
 			got[n] = append(got[n], uint32(p.BTH.PSN()))
