@@ -105,7 +105,11 @@ func TestRNRRetry(t *testing.T) {
 			require.NoError(t, err)
 			rnr := func() uint64 { return a.dev.TransportStats().RNRNAKsReceived }
 			wait := 1280 * time.Microsecond
-			until(t, "the first RNR NAK", func() bool { return rnr() == 1 })
+			// The RNR timer is armed by the scheduler once the NAK was
+			// handled: wait for it, not only for the counter, before the
+			// clock moves.
+			armed := func() bool { return c.PendingWithin(wait) > 0 }
+			until(t, "the first RNR NAK", func() bool { return rnr() == 1 && armed() })
 			if postLate {
 				_, err := b.qp.PostRecv(&verbs.RecvWR{WRID: 8, SGList: []verbs.SGE{b.mr.SGE(0, 64)}})
 				require.NoError(t, err)
@@ -117,7 +121,7 @@ func TestRNRRetry(t *testing.T) {
 			}
 			for r := 1; r <= rnrRetry; r++ {
 				c.Advance(wait)
-				until(t, "another RNR NAK", func() bool { return rnr() == uint64(1+r) })
+				until(t, "another RNR NAK", func() bool { return rnr() == uint64(1+r) && (r == rnrRetry || armed()) })
 			}
 			wc := waitWC(t, a, 1)[0]
 			require.Equal(t, verbs.WCRNRRetryExcErr, wc.Status, wc.Status.String())

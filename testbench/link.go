@@ -23,6 +23,7 @@ type Link struct {
 	in       []link.Packet // injected, not yet read by the DUT; protected by mu
 	out      []Captured    // sent by the DUT, not yet taken; protected by mu
 	stats    link.Stats    // protected by mu
+	held     bool          // Hold: injected datagrams wait for Release; protected by mu
 	inReady  chan struct{} // size 1: something was injected
 	outReady chan struct{} // size 1: the DUT sent something
 	done     chan struct{}
@@ -52,6 +53,25 @@ func NewLink(local wire.Net) *Link {
 func (l *Link) Inject(pkt []byte, n wire.Net) {
 	l.mu.Lock()
 	l.in = append(l.in, link.Packet{Buf: append([]byte(nil), pkt...), Net: n})
+	l.mu.Unlock()
+	signal(l.inReady)
+}
+
+// Hold makes the datagrams injected from now on wait until Release, which
+// hands them to the DUT together: the DUT then reads them in one batch
+// and handles them in one turn of its worker, before it sends anything
+// they cause (a test of what the DUT does with packets that arrive
+// together).
+func (l *Link) Hold() {
+	l.mu.Lock()
+	l.held = true
+	l.mu.Unlock()
+}
+
+// Release ends Hold.
+func (l *Link) Release() {
+	l.mu.Lock()
+	l.held = false
 	l.mu.Unlock()
 	signal(l.inReady)
 }
@@ -121,7 +141,7 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 	for {
 		l.mu.Lock()
 		n := 0
-		for n < len(pkts) && len(l.in) > 0 {
+		for n < len(pkts) && len(l.in) > 0 && !l.held {
 			src := l.in[0]
 			l.in[0] = link.Packet{}
 			l.in = l.in[1:]

@@ -169,6 +169,15 @@ func (c *Completer) nak(q *QP, env *Env, psn wire.PSN, code wire.NAKCode, fx *Ef
 	if fx.Fail != FailNone || q.SQ.Len() == 0 {
 		return
 	}
+	if head := q.SQ.At(0); code != wire.NAKPSNSequenceError && head.state == WQEStarted && head.readAtomic() && !head.holdsPSN(psn) {
+		// The NAK names a request after a READ or ATOMIC whose answer
+		// was lost (ackUpTo asked for it again): the error is not the
+		// head's. As rxe's completer (check_psn retries before
+		// check_ack), the requester resends from the head; the NAK
+		// comes again for the request it names.
+		env.Stats.Drop(DropStaleResponse)
+		return
+	}
 	switch code {
 	case wire.NAKPSNSequenceError:
 		env.Stats.SeqNAKsRecv.Add(1)

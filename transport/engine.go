@@ -63,8 +63,10 @@ type Result struct {
 	// Delivered: a receive completed.
 	Delivered bool
 	// Held: Receive could not take the packet yet; the scheduler keeps
-	// it, in order with the QP's later packets, and offers it again
-	// after Run.
+	// it, in order with the QP's later requests, and offers it again
+	// after Run. A Result that holds a packet must not ask for Run only
+	// to hold it again (the worker would offer it forever): Run's own
+	// progress (More) is what releases it.
 	Held bool
 	// Deadline: when Timer should be called; zero for never.
 	Deadline time.Time

@@ -145,6 +145,9 @@ func (q *QP) SetState(next verbs.QPState, rqPSN, sqPSN uint32) {
 		} else if q.req.state == RequesterInactive {
 			q.req.setState(RequesterSending)
 		}
+		// SQD -> RTS: a drain not yet reported is no longer asked for
+		// (the event belongs to SQD, IBTA 11.6.3.1).
+		q.req.drainNotify = false
 	case verbs.QPStateSQD:
 	case verbs.QPStateSQE:
 		q.req.stop()
@@ -200,6 +203,7 @@ func (q *QP) Receive(env *Env, p *wire.Packet) Effects {
 			return fx
 		}
 		q.comp.receive(q, env, p, &fx)
+		q.flushAckOnFail(env, &fx)
 		return fx
 	}
 	if q.P.Type == verbs.QPTypeUC {
@@ -233,7 +237,18 @@ func (q *QP) FlushAck(env *Env) { q.resp.flushAck(q, env) }
 func (q *QP) Timer(env *Env) Effects {
 	var fx Effects
 	q.req.timer(q, env, &fx)
+	q.flushAckOnFail(env, &fx)
 	return fx
+}
+
+// flushAckOnFail sends the ACK the responder owes before a send failure
+// moves the QP to an error state: the requests it executed were
+// delivered, and their requester must learn it (rxe acknowledges each
+// request as it executes it).
+func (q *QP) flushAckOnFail(env *Env, fx *Effects) {
+	if fx.Fail == FailSend {
+		q.resp.flushAck(q, env)
+	}
 }
 
 // Deadline returns when Timer should be called next; zero when no timer

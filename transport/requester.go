@@ -121,30 +121,31 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 	case RequesterSending:
 	}
 	sqd := q.state == verbs.QPStateSQD
-loop:
 	for r.next < q.SQ.Len() {
 		w := q.SQ.At(r.next)
-		switch w.state {
-		case WQEFailed:
-			break loop // nothing after a failed WQE is sent
-		case WQEPosted:
-			if !r.mayStart(q, w, sqd) {
-				break loop
-			}
-			if !r.startWQE(q, env, w) {
-				if w.state == WQEFailed {
-					break loop // checkHead reports it when it reaches the head
-				}
-				continue // a UD message too long for the MTU: completed unsent
-			}
-		case WQEStarted, WQEResponded:
+		if w.state == WQEFailed {
+			break // nothing after a failed WQE is sent
 		}
+		// A WQE starts (takes its PSNs) only when a packet of it can
+		// leave now: the window and the budget come first, so that
+		// nothing is left started but unsent (SQD would then send it).
 		if q.P.Type == verbs.QPTypeRC && r.psn.Diff(r.ackPSN) >= maxUnackedPSNs {
 			break
 		}
 		if !env.budgetLeft() {
 			fx.More = true
 			break
+		}
+		if w.state == WQEPosted {
+			if !r.mayStart(q, w, sqd) {
+				break
+			}
+			if !r.startWQE(q, env, w) {
+				if w.state == WQEFailed {
+					break // checkHead reports it when it reaches the head
+				}
+				continue // a UD message too long for the MTU: completed unsent
+			}
 		}
 		if !r.sendPacket(q, env, w) {
 			break

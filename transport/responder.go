@@ -816,7 +816,13 @@ func (r *Responder) receiveUD(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 		QPNum: q.P.QPN, SrcQP: p.DETH.SrcQP(), WCFlags: flags, ImmData: imm}
 	if scatter(env.Mem, q.P.PD, wqe.SGL, 0, grh[:]) != scatterOK ||
 		scatter(env.Mem, q.P.PD, wqe.SGL, grhSize, p.Payload) != scatterOK {
+		// A receive buffer that cannot be written is a local error of
+		// the QP: the WQE completes with it and the QP moves to the
+		// error state, as on RC and UC (rxe: class A).
 		wc = verbs.WC{WRID: wqe.WRID, Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv, QPNum: q.P.QPN, SrcQP: p.DETH.SrcQP()}
+		q.RecvCQ.Push(wc, false)
+		fx.fail(FailRecv, verbs.WCLocProtErr)
+		return
 	}
 	fx.Delivered = true
 	q.RecvCQ.Push(wc, p.BTH.SolicitedEvent())

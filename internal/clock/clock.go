@@ -148,3 +148,19 @@ func (c *Fake) Pending() int {
 	}
 	return n
 }
+
+// PendingWithin returns how many timers are scheduled to fire within d
+// of the fake now: a test that must not advance the clock before a timer
+// is armed waits for it.
+func (c *Fake) PendingWithin(d time.Duration) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	end := c.now.Add(d)
+	n := 0
+	for _, t := range c.timers {
+		if t.pending && !t.at.After(end) {
+			n++
+		}
+	}
+	return n
+}

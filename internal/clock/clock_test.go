@@ -53,3 +53,20 @@ func TestFakeReset(t *testing.T) {
 	require.Equal(t, 2, n)
 	require.Equal(t, 0, c.Pending())
 }
+
+func TestFakePendingWithin(t *testing.T) {
+	c := NewFake(time.Unix(0, 0))
+	c.AfterFunc(time.Millisecond, func() {})
+	late := c.AfterFunc(time.Second, func() {})
+	if n := c.PendingWithin(time.Millisecond); n != 1 {
+		t.Fatalf("PendingWithin(1ms) = %d, want 1", n)
+	}
+	if n := c.PendingWithin(time.Second); n != 2 {
+		t.Fatalf("PendingWithin(1s) = %d, want 2", n)
+	}
+	late.Stop()
+	c.Advance(time.Millisecond)
+	if n := c.PendingWithin(time.Hour); n != 0 {
+		t.Fatalf("after the first fired and the second stopped: %d pending, want 0", n)
+	}
+}
