@@ -441,6 +441,7 @@ func (r *lcRun) run() {
 					lcFill(d.L.buf[s*lcSlot:][:w.size], r.seedL(i, s))
 				case verbs.WRRDMARead:
 					lcFill(peer.T.buf[s*lcSlot:][:w.size], r.seedT(1-i, s))
+				default: // atomics work on their word, not a slot
 				}
 			}
 		}
@@ -654,6 +655,7 @@ func (r *lcRun) post() {
 				if !p.cmpFail {
 					q.model = p.arg
 				}
+			default: // SEND: the scatter list is all
 			}
 			_, err := q.qp.PostSend(wr)
 			require.NoError(t, err)
@@ -700,6 +702,8 @@ func (r *lcRun) act() {
 		r.closedDev = d
 		require.NoError(t, d.dev.Close())
 		d.closed.Store(true)
+	default:
+		t.Fatalf("unknown action %d", r.action)
 	}
 }
 
