@@ -93,13 +93,16 @@ type Engine struct {
 	// workers (the receive goroutine, busy pollers), so that each QP's
 	// packets reach its worker in arrival order. It guards rx and
 	// rxErr.
-	rxMu    sync.Mutex
-	rx      rxBatch
-	rxErr   error
-	readyFn func() bool // e.ready, made once
-	done    chan struct{}
-	wg      sync.WaitGroup
-	closed  atomic.Bool
+	rxMu  sync.Mutex
+	rx    rxBatch
+	rxErr error
+	// rxStashed is len(rx.stash), for Stats-like reads from other
+	// goroutines (tests account for every buffer).
+	rxStashed atomic.Int32
+	readyFn   func() bool // e.ready, made once
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closed    atomic.Bool
 }
 
 // rxBuf is a received packet: its buffer and its parsed views.
@@ -152,7 +155,7 @@ func NewEngine(cfg Config) *Engine {
 		go w.run()
 	}
 	e.rx = rxBatch{pkts: make([]link.Packet, rxBatchLen), bufs: make([]*rxBuf, rxBatchLen),
-		perWorker: make([][]pktEvent, len(e.workers)), used: rxBatchLen}
+		perWorker: make([][]pktEvent, len(e.workers)), used: rxBatchLen, stash: make([]*rxBuf, 0, rxBatchLen)}
 	for i := range e.rx.perWorker {
 		e.rx.perWorker[i] = make([]pktEvent, 0, rxBatchLen)
 	}
@@ -269,6 +272,9 @@ type rxBatch struct {
 	// used: pkts[:used] were resliced or handed on by the last read;
 	// the others still hold their whole buffers.
 	used int
+	// stash holds free buffers taken from the pool for the next
+	// hand-offs.
+	stash []*rxBuf
 }
 
 // readLocked reads a batch from the link (try: without waiting), parses
@@ -304,13 +310,19 @@ func (e *Engine) readLocked(try bool, mode turnMode) (int, error) {
 			continue
 		}
 		// The packet's buffer goes to the worker; the batch takes a
-		// fresh one from the pool, and without one the packet is
-		// dropped.
-		fresh := e.pool.get()
-		if fresh == nil {
+		// fresh one from the pool (a few at a time, through a stash),
+		// and without one the packet is dropped.
+		if len(b.stash) == 0 {
+			b.stash = e.pool.getN(b.stash)
+		}
+		if len(b.stash) == 0 {
 			e.c.Drop(DropNoBuffer)
 			continue
 		}
+		fresh := b.stash[len(b.stash)-1]
+		b.stash[len(b.stash)-1] = nil
+		b.stash = b.stash[:len(b.stash)-1]
+		e.rxStashed.Store(int32(len(b.stash)))
 		wi := int(h.qpn) % len(e.workers)
 		b.perWorker[wi] = append(b.perWorker[wi], pktEvent{h: h, rx: b.bufs[i]})
 		b.bufs[i] = fresh
@@ -389,18 +401,17 @@ func (p *bufPool) init(n int) {
 	}
 }
 
-// get returns a free buffer, or nil when every one is in use.
-func (p *bufPool) get() *rxBuf {
+// getN moves up to cap(dst)-len(dst) free buffers to dst (one lock for
+// many: the receive goroutine and the workers run on different cores).
+func (p *bufPool) getN(dst []*rxBuf) []*rxBuf {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := len(p.free)
-	if n == 0 {
-		return nil
-	}
-	b := p.free[n-1]
-	p.free[n-1] = nil
-	p.free = p.free[:n-1]
-	return b
+	k := min(cap(dst)-len(dst), len(p.free))
+	from := len(p.free) - k
+	dst = append(dst, p.free[from:]...)
+	clear(p.free[from:])
+	p.free = p.free[:from]
+	return dst
 }
 
 // put returns a buffer to the pool.
@@ -408,6 +419,15 @@ func (p *bufPool) put(b *rxBuf) {
 	p.mu.Lock()
 	p.free = append(p.free, b) // never beyond its capacity: only its own buffers return
 	p.mu.Unlock()
+}
+
+// putN returns buffers to the pool and empties bs.
+func (p *bufPool) putN(bs []*rxBuf) []*rxBuf {
+	p.mu.Lock()
+	p.free = append(p.free, bs...)
+	p.mu.Unlock()
+	clear(bs)
+	return bs[:0]
 }
 
 // qpTable maps QP numbers to handles: a two-level radix table over the

@@ -250,9 +250,12 @@ func (et *engineT) drops(d DropReason) uint64 { return et.e.Stats().Drops[d] }
 
 // freeBuffers returns how many receive buffers are in the pool.
 func (et *engineT) freeBuffers() int {
+	// Free buffers are in the pool or in the receive side's stash (taken
+	// from the pool a few at a time).
+	stashed := int(et.e.rxStashed.Load())
 	et.e.pool.mu.Lock()
 	defer et.e.pool.mu.Unlock()
-	return len(et.e.pool.free)
+	return len(et.e.pool.free) + stashed
 }
 
 // waitWriterPending waits until a goroutine is blocked taking w's guard

@@ -144,6 +144,7 @@ type worker struct {
 	txBufs    [][]byte
 	dirty     []*Handle // QPs to Run before the batch is sent
 	dirtyNext []*Handle
+	freed     []*rxBuf // buffers done with, returned to the pool a few at a time
 	// delivered: this round completed a receive, so an application may
 	// be about to answer it (see turn).
 	delivered bool
@@ -155,7 +156,7 @@ type worker struct {
 
 func newWorker(e *Engine, queueLen int) *worker {
 	w := &worker{e: e, notify: make(chan struct{}, 1), rxq: make([]pktEvent, queueLen),
-		batch: make([]pktEvent, 0, queueLen)}
+		batch: make([]pktEvent, 0, queueLen), freed: make([]*rxBuf, 0, rxBatchLen)}
 	w.turn = Turn{w: w, env: Env{Out: w, Mem: e.cfg.Mem, Stats: &e.c}}
 	w.txBufs = make([][]byte, txBatch)
 	for i := range w.txBufs {
@@ -288,6 +289,9 @@ func (w *worker) runTurn(mode turnMode) {
 		w.turn.env.Now = w.e.cfg.Clock.Now()
 		w.handleBatch()
 		w.guard.RUnlock()
+		if len(w.freed) > 0 {
+			w.freed = w.e.pool.putN(w.freed)
+		}
 		if w.delivered && !yielded && len(w.dirty) > 0 {
 			// A receive just completed and ACKs are about to leave.
 			// The application woken by the completion runs next on
@@ -390,7 +394,7 @@ func (w *worker) handleBatch() {
 func (w *worker) deliver(h *Handle, rb *rxBuf) {
 	if h.detached {
 		w.e.c.Drop(DropDestroyed)
-		w.e.pool.put(rb)
+		w.release(rb)
 		return
 	}
 	if len(h.held) > 0 && rb.p.Info().Request {
@@ -403,9 +407,18 @@ func (w *worker) deliver(h *Handle, rb *rxBuf) {
 	if res.Held {
 		w.hold(h, rb)
 	} else {
-		w.e.pool.put(rb)
+		w.release(rb)
 	}
 	w.apply(h, res)
+}
+
+// release gives a buffer back to the pool: the worker collects them and
+// returns them in groups.
+func (w *worker) release(rb *rxBuf) {
+	w.freed = append(w.freed, rb)
+	if len(w.freed) == cap(w.freed) {
+		w.freed = w.e.pool.putN(w.freed)
+	}
 }
 
 // hold keeps a packet the QP cannot take yet, in order; beyond holdLen it
@@ -413,7 +426,7 @@ func (w *worker) deliver(h *Handle, rb *rxBuf) {
 func (w *worker) hold(h *Handle, rb *rxBuf) {
 	if len(h.held) >= holdLen {
 		w.e.c.Drop(DropHeldFull)
-		w.e.pool.put(rb)
+		w.release(rb)
 		return
 	}
 	h.held = append(h.held, rb)
@@ -434,7 +447,7 @@ func (w *worker) redeliver(h *Handle) {
 		copy(h.held, h.held[1:])
 		h.held[len(h.held)-1] = nil
 		h.held = h.held[:len(h.held)-1]
-		w.e.pool.put(rb)
+		w.release(rb)
 		w.apply(h, res)
 	}
 }
