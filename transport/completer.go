@@ -111,7 +111,7 @@ func (c *Completer) receive(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 			r.fail(w, verbs.WCLocProtErr)
 			r.rdAtomic-- // no longer outstanding: it has its answer
 		} else {
-			w.state = WQEResponded
+			w.setState(WQEResponded)
 		}
 		c.ackUpTo(q, env, psn, fx)
 	case wire.KindReadResponse:
@@ -276,7 +276,7 @@ func (c *Completer) readResponse(q *QP, env *Env, w *SendWQE, p *wire.Packet, fx
 		}
 	}
 	if w.respNext.Diff(w.lastPSN) > 0 {
-		w.state = WQEResponded
+		w.setState(WQEResponded)
 		c.ackUpTo(q, env, w.lastPSN, fx)
 		return
 	}

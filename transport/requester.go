@@ -209,7 +209,7 @@ func (r *Requester) startWQE(q *QP, env *Env, w *SendWQE) bool {
 			r.psn = prev.lastPSN.Add(1)
 		}
 	}
-	w.state = WQEStarted
+	w.setState(WQEStarted)
 	w.firstPSN, w.lastPSN, w.respNext = r.psn, r.psn.Add(n-1), r.psn
 	w.seen, w.rerequested = [2]uint64{}, false
 	r.off = 0
@@ -223,7 +223,8 @@ func (r *Requester) startWQE(q *QP, env *Env, w *SendWQE) bool {
 // in order, when everything before it has (as rxe's completer does), and
 // nothing after it is sent.
 func (r *Requester) fail(w *SendWQE, status verbs.WCStatus) {
-	w.state, w.status = WQEFailed, status
+	w.setState(WQEFailed)
+	w.status = status
 }
 
 // localSGLOK checks that every scatter element names memory of the QP's
@@ -521,7 +522,7 @@ func (r *Requester) goBack(q *QP, env *Env, psn wire.PSN) {
 			if wj.state != WQEPosted && wj.readAtomic() {
 				r.rdAtomic--
 			}
-			wj.state = WQEPosted
+			wj.setState(WQEPosted)
 		}
 		switch {
 		case w.WR.Opcode == verbs.WRRDMARead:

@@ -56,6 +56,8 @@ const (
 	ReplyStreaming                   // sending a READ's responses from replyPSN on
 )
 
+func (s ReplyState) String() string { return [...]string{"Idle", "Streaming"}[s] }
+
 // resource is a remembered READ or ATOMIC request (IBTA 9.7.5.1.3,
 // "responder resources"; max_dest_rd_atomic of them), kept to answer a
 // duplicate again.

@@ -65,6 +65,17 @@ const (
 	WQEFailed
 )
 
+var wqeStateNames = [...]string{"Posted", "Started", "Responded", "Failed"}
+
+func (s WQEState) String() string { return wqeStateNames[s] }
+
+// setState is the WQE's one transition point:
+//
+//	Posted --start--> Started --responses--> Responded (READ, ATOMIC)
+//	   ^                 |
+//	   +----go-back------+          Posted, Started --local error--> Failed
+func (w *SendWQE) setState(s WQEState) { w.state = s }
+
 // State returns the WQE's state.
 func (w *SendWQE) State() WQEState { return w.state }
 
