@@ -151,12 +151,8 @@ func (c *Completer) rnrNAK(q *QP, env *Env, psn wire.PSN, syn wire.Syndrome, fx 
 		return
 	}
 	env.Stats.RNRNAKsRecv.Add(1)
-	if r.rnrRetries == 0 {
-		fx.fail(FailSend, verbs.WCRNRRetryExcErr)
+	if !spendRetry(&r.rnrRetries, verbs.WCRNRRetryExcErr, fx) {
 		return
-	}
-	if r.rnrRetries > 0 {
-		r.rnrRetries--
 	}
 	r.rnrWait(psn, env.Now.Add(time.Duration(wire.RNRTimerMicros(syn.Value()))*time.Microsecond))
 }
@@ -190,12 +186,8 @@ func (c *Completer) nak(q *QP, env *Env, psn wire.PSN, code wire.NAKCode, fx *Ef
 			return
 		}
 		c.setState(CompleterRetrying)
-		if r.retries == 0 {
-			fx.fail(FailSend, verbs.WCRetryExcErr)
+		if !spendRetry(&r.retries, verbs.WCRetryExcErr, fx) {
 			return
-		}
-		if r.retries > 0 {
-			r.retries--
 		}
 		r.goBack(q, env, psn)
 		if r.state == RequesterRNRWait || r.state == RequesterGoBack {

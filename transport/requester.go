@@ -438,6 +438,20 @@ func timeoutDuration(timeout uint8) time.Duration {
 	return time.Duration(4096*(uint64(1)<<timeout)) * time.Nanosecond
 }
 
+// spendRetry takes one retry from a budget (retry_cnt or rnr_retry; -1
+// is forever). With none left, the head WQE fails with status and
+// spendRetry reports false.
+func spendRetry(left *int, status verbs.WCStatus, fx *Effects) bool {
+	if *left == 0 {
+		fx.fail(FailSend, status)
+		return false
+	}
+	if *left > 0 {
+		*left--
+	}
+	return true
+}
+
 // rnrWait stops sending until the RNR timer expires, then resumes at psn.
 func (r *Requester) rnrWait(psn wire.PSN, until time.Time) {
 	r.setState(RequesterRNRWait)
@@ -470,12 +484,8 @@ func (r *Requester) timer(q *QP, env *Env, fx *Effects) {
 		return
 	}
 	env.Stats.RetryTimeouts.Add(1)
-	if r.retries == 0 {
-		fx.fail(FailSend, verbs.WCRetryExcErr)
+	if !spendRetry(&r.retries, verbs.WCRetryExcErr, fx) {
 		return
-	}
-	if r.retries > 0 {
-		r.retries--
 	}
 	// The go-back happens in the next Run, after the rest of this batch:
 	// a response in the same batch must still be judged against what
