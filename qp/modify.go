@@ -226,8 +226,7 @@ func (q *QP) setStateLocked(next verbs.QPState, sqdNotify bool) {
 		q.flushSendLocked()
 		var wqe verbs.RecvWQE
 		if q.tp.TakeRecvInProgress(&wqe) {
-			wc := verbs.WC{WRID: wqe.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
-			q.recvCQ.Push(&wc, false)
+			q.flushRecvWRLocked(wqe.WRID)
 		}
 		q.flushRecvLocked()
 		if q.srq != nil {

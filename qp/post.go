@@ -257,11 +257,15 @@ func (q *QP) flushSendLocked() { q.tp.FlushSend() }
 // IBV_WC_WR_FLUSH_ERR, oldest first.
 //
 // Preconditions: q.mu is held.
-func (q *QP) flushRecvLocked() {
-	q.rq.Drain(func(id uint64) {
-		wc := verbs.WC{WRID: id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
-		q.recvCQ.Push(&wc, false)
-	})
+func (q *QP) flushRecvLocked() { q.rq.Drain(q.flushRecvWRLocked) }
+
+// flushRecvWRLocked completes one receive request with
+// IBV_WC_WR_FLUSH_ERR.
+//
+// Preconditions: q.mu is held.
+func (q *QP) flushRecvWRLocked(id uint64) {
+	wc := verbs.WC{WRID: id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
+	q.recvCQ.Push(&wc, false)
 }
 
 // SendQueueLen returns how many send requests are queued (posted and not

@@ -218,9 +218,6 @@ func (e *Engine) Close() error {
 // Stats returns a snapshot of the counters.
 func (e *Engine) Stats() Stats { return e.c.Snapshot() }
 
-// Counters returns the engine's live counters.
-func (e *Engine) Counters() *Counters { return &e.c }
-
 // receive reads packets from the link and dispatches them.
 func (e *Engine) receive() {
 	defer e.wg.Done()

@@ -76,12 +76,6 @@ func (s WQEState) String() string { return wqeStateNames[s] }
 //	   +----go-back------+          Posted, Started --local error--> Failed
 func (w *SendWQE) setState(s WQEState) { w.state = s }
 
-// State returns the WQE's state.
-func (w *SendWQE) State() WQEState { return w.state }
-
-// Length returns the message length once the WQE was started.
-func (w *SendWQE) Length() uint32 { return w.length }
-
 // readAtomic reports whether the request expects responses (READ,
 // ATOMIC) rather than acknowledgements.
 func (w *SendWQE) readAtomic() bool {
@@ -92,6 +86,9 @@ func (w *SendWQE) readAtomic() bool {
 func (w *SendWQE) holdsPSN(psn wire.PSN) bool {
 	return psn.Diff(w.firstPSN) >= 0 && psn.Diff(w.lastPSN) <= 0
 }
+
+// State returns the WQE's state.
+func (w *SendWQE) State() WQEState { return w.state }
 
 // packetsFor returns how many PSNs a message of n bytes takes.
 func packetsFor(n, mtu uint32) uint32 {
