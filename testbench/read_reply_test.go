@@ -87,3 +87,30 @@ func TestReadReplyDuplicatesDoNotMultiply(t *testing.T) {
 	tb.ExpectNothing(t)
 	require.EqualValues(t, 10, tb.Drops()[DropDuplicate], "every duplicate counted")
 }
+
+// IBTA 9.7.5.1.3 (a duplicate READ is answered again from the responder
+// resource it repeats) and rxe's duplicate_request: the duplicate must ask
+// for the region (R_Key) and a part of the range the remembered READ
+// named; one that asks for another region, or more than the original, is
+// not answered (class D: dropped, counted as a duplicate).
+func TestReadDuplicateForAnotherRegionDropped(t *testing.T) {
+	t.Parallel()
+	tb := New(t)
+	c := tb.NewRC(t)
+	mtu := c.MTU()
+	mem := tb.Mem(t, 4096, AllAccess)
+	other := tb.Mem(t, 4096, AllAccess)
+	psn := c.SendPSN
+	c.Send(t, Pkt{Op: wire.RCRDMAReadRequest, AckReq: true, RETH: mem.RETH(0, mtu)})
+	c.Expect(t, Match{Op: P(wire.RCRDMAReadResponseOnly), PSN: P(psn)})
+	tb.ExpectDropped(t, DropDuplicate, func() {
+		c.Send(t, Pkt{Op: wire.RCRDMAReadRequest, PSN: psnp(psn), AckReq: true, RETH: other.RETH(0, mtu)})
+	})
+	tb.ExpectDropped(t, DropDuplicate, func() {
+		c.Send(t, Pkt{Op: wire.RCRDMAReadRequest, PSN: psnp(psn), AckReq: true, RETH: mem.RETH(0, 2*mtu)})
+	})
+	// The duplicate of the READ itself is answered.
+	c.Send(t, Pkt{Op: wire.RCRDMAReadRequest, PSN: psnp(psn), AckReq: true, RETH: mem.RETH(0, mtu)})
+	c.Expect(t, Match{Op: P(wire.RCRDMAReadResponseOnly), PSN: P(psn), Payload: mem.Buf[:mtu]})
+	tb.ExpectNothing(t)
+}
