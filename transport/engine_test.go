@@ -629,3 +629,28 @@ func TestEngineCloseFlushes(t *testing.T) {
 	// goroutines of the runtime and of other tests finishing.
 	require.LessOrEqual(t, runtime.NumGoroutine(), before+1)
 }
+
+// TestEngineHeldLetsResponsesPass: while a QP holds requests (behind a
+// READ it answers), the ACKs and responses to its own requests are
+// another stream and reach it at once, not behind the held requests.
+func TestEngineHeldLetsResponsesPass(t *testing.T) {
+	et := newEngineT(t, Config{Workers: 1})
+	var got []string
+	x := et.ep("x")
+	x.recv = func(_ *Turn, p *wire.Packet) Result {
+		if p.Info().Request {
+			return Result{Held: true}
+		}
+		got = append(got, p.BTH.OpCode().String())
+		return Result{}
+	}
+	et.e.Attach(0x10, x)
+	n := wire.Net{Src: peerAddr, Dst: localAddr, SrcPort: 50000, DstPort: wire.RoCEv2Port, DontFragment: true}
+	hd := ack(7, 1)
+	hd.BTH.DestQP, hd.BTH.PKey = 0x10, 0xffff
+	resp := link.Packet{Buf: wire.AppendPacket(nil, &n, &hd, nil), Net: n}
+	et.l.deliver(t, inPacket(t, 0x10, 0), inPacket(t, 0x10, 1), resp)
+	et.e.Sync()
+	require.Equal(t, []string{wire.RCAcknowledge.String()}, got, "the ACK passed the held requests")
+	require.Equal(t, []string{"x recv 0", "x recv 7"}, et.log.get(), "the second request waits behind the first; the ACK does not")
+}
