@@ -581,3 +581,19 @@ func TestCompleterResponseForNothing(t *testing.T) {
 	_, _ = h.receive(ack(testSQPSN, 0), nil)
 	h.requireDrops(map[DropReason]uint64{DropStaleResponse: 1})
 }
+
+// TestCompleterNAKAfterTimeout: a sequence error NAK that arrives after
+// the transport timer expired, before the requester went back, decides
+// where it goes back to: the NAKed PSN (IBTA 9.7.5.2.2), not the older
+// PSN the timer would have resent from (one go-back, not two).
+func TestCompleterNAKAfterTimeout(t *testing.T) {
+	h := newRC(t)
+	h.sendAll(sendWR(1, 0, 4*testMTU))
+	h.now = h.q.Deadline()
+	fx, _ := h.timer()
+	require.True(t, fx.Run)
+	require.Equal(t, RequesterGoBack, h.q.Requester())
+	_, _ = h.receive(nak(testSQPSN+2, wire.NAKPSNSequenceError), nil)
+	_, pkts := h.run()
+	require.Equal(t, seq(testSQPSN+2, 2), psns(pkts), "resent from the NAKed PSN")
+}
