@@ -31,7 +31,8 @@ const minBuf = 256
 // A packet (its copy in buf) moves through delayed (sorted by delivery
 // time), then held (the reordering window) and ready (received in order).
 // Lock order: mu before the clock's own lock (Send reads the clock and
-// arms timers with mu held; clock.Fake runs callbacks without its lock).
+// arms the timer with mu held; clock.Fake runs callbacks without its
+// lock).
 type direction struct {
 	src, dst *Endpoint
 	clk      clock.Clock
@@ -42,7 +43,11 @@ type direction struct {
 	notify chan struct{}
 	// done is closed when dst closes.
 	done chan struct{}
-	// timerWG counts armed timers whose callback has not returned.
+	// fireFn is d.fire, made once so that arming the timer does not
+	// allocate.
+	fireFn func()
+	// timerWG counts the timer's callbacks that are due (scheduled or
+	// running) and have not returned.
 	timerWG sync.WaitGroup
 
 	mu sync.Mutex
@@ -68,9 +73,12 @@ type direction struct {
 	ready ring.Ring[[]byte]
 	// free holds packet buffers for reuse. Protected by mu.
 	free [][]byte
-	// timers are the armed delivery timers by id. Protected by mu.
-	timers  map[uint64]clock.Timer
-	timerID uint64
+	// timer delivers the delayed packets: while delayed is not empty it
+	// is armed (timerOn) for timerAt, no later than the first one's
+	// arrival. It is created on first use and reused. Protected by mu.
+	timer   clock.Timer
+	timerOn bool
+	timerAt time.Time
 	// scratch is ParseDatagram's output for corruption. Protected by mu.
 	scratch wire.Packet
 }
@@ -90,7 +98,7 @@ type entry struct {
 }
 
 func newDirection(src, dst *Endpoint, clk clock.Clock, capacity int, seed rand.Source) *direction {
-	return &direction{
+	d := &direction{
 		src:      src,
 		dst:      dst,
 		clk:      clk,
@@ -106,8 +114,9 @@ func newDirection(src, dst *Endpoint, clk clock.Clock, capacity int, seed rand.S
 		done:   make(chan struct{}),
 		rng:    rand.New(seed),
 		ready:  ring.New[[]byte](capacity + 1),
-		timers: make(map[uint64]clock.Timer),
 	}
+	d.fireFn = d.fire
+	return d
 }
 
 // signal wakes dst's Recv.
@@ -180,12 +189,7 @@ func (d *direction) send(pkts []link.Packet, f *Faults, filter func(*link.Packet
 		}
 	}
 	if delayed {
-		// One timer for the whole call: its packets share a delivery
-		// time.
-		id := d.timerID
-		d.timerID++
-		d.timerWG.Add(1)
-		d.timers[id] = d.clk.AfterFunc(f.Delay, func() { d.fire(id) })
+		d.armLocked(now)
 	}
 	wake := d.ready.Len() > 0 || len(d.held) > 0
 	d.mu.Unlock()
@@ -194,16 +198,42 @@ func (d *direction) send(pkts []link.Packet, f *Faults, filter func(*link.Packet
 	}
 }
 
-// fire is the callback of delivery timer id: the packets whose time has
-// come arrive.
-func (d *direction) fire(id uint64) {
+// armLocked arms the delivery timer for the first delayed packet, unless
+// it is already armed for that time or earlier.
+//
+// Preconditions: d.mu is held; d is not closed.
+func (d *direction) armLocked(now time.Time) {
+	if d.dHead == len(d.delayed) {
+		return
+	}
+	at := d.delayed[d.dHead].at
+	if d.timerOn && !at.Before(d.timerAt) {
+		return
+	}
+	wait := at.Sub(now)
+	if d.timer == nil {
+		d.timerWG.Add(1)
+		d.timer = d.clk.AfterFunc(wait, d.fireFn)
+	} else if !d.timer.Reset(wait) {
+		// The timer had fired (its callback has run or will run, and
+		// counts itself): this is a new callback.
+		d.timerWG.Add(1)
+	}
+	d.timerOn, d.timerAt = true, at
+}
+
+// fire is the delivery timer's callback: the packets whose time has come
+// arrive, and the timer is armed for the next one.
+func (d *direction) fire() {
 	defer d.timerWG.Done()
 	d.mu.Lock()
-	delete(d.timers, id)
 	if d.closed {
 		d.mu.Unlock()
 		return
 	}
+	// This callback may be an older one than the timer's last arming: the
+	// timer may be pending or not, and Reset below sorts that out.
+	d.timerOn = false
 	now := d.clk.Now()
 	for d.dHead < len(d.delayed) && !d.delayed[d.dHead].at.After(now) {
 		e := d.delayed[d.dHead]
@@ -214,6 +244,7 @@ func (d *direction) fire(id uint64) {
 	if d.dHead == len(d.delayed) {
 		d.delayed, d.dHead = d.delayed[:0], 0
 	}
+	d.armLocked(now)
 	wake := d.ready.Len() > 0 || len(d.held) > 0
 	d.mu.Unlock()
 	if wake {
@@ -332,12 +363,10 @@ func (d *direction) take(pkts []link.Packet) (int, error) {
 func (d *direction) close() {
 	d.mu.Lock()
 	d.closed = true
-	for id, t := range d.timers {
-		if t.Stop() {
-			d.timerWG.Done()
-		}
-		delete(d.timers, id)
+	if d.timer != nil && d.timer.Stop() {
+		d.timerWG.Done()
 	}
+	d.timerOn = false
 	d.delayed, d.dHead, d.held, d.free = nil, 0, nil, nil
 	d.ready.Reset()
 	d.queued = 0

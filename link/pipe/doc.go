@@ -21,10 +21,11 @@
 // called from several goroutines at once; the packets of one Send call
 // enter the pipe together and in order. Recv copies into the caller's
 // buffers and is called by one goroutine at a time per endpoint. The pipe
-// starts no goroutine of its own: Delay uses the clock's AfterFunc, whose
-// callbacks run on a timer goroutine (clock.Real) or inside Advance
-// (clock.Fake). Stats, SetFaults and SetFilter may be called at any time,
-// from any goroutine.
+// starts no goroutine of its own: delayed packets are delivered by one
+// timer per direction (the clock's AfterFunc, re-armed for the next
+// delivery), whose callback runs on a timer goroutine (clock.Real) or
+// inside Advance (clock.Fake). Stats, SetFaults and SetFilter may be
+// called at any time, from any goroutine.
 //
 // # Faults
 //
@@ -94,7 +95,7 @@
 //
 // Close ends one endpoint: its Send and Recv return net.ErrClosed (a
 // blocked Recv wakes), the packets on their way to it are discarded and
-// its delivery timers stopped, and what the peer sends to it from then on
+// its delivery timer stopped, and what the peer sends to it from then on
 // is dropped as the peer's TxDropped. The peer stays open, like a UDP
 // socket whose peer went away, and still receives what the closed
 // endpoint sent before closing. Once both endpoints are closed, no timer

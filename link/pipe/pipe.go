@@ -255,7 +255,7 @@ func (e *Endpoint) SetFilter(f func(p *link.Packet) Verdict) {
 }
 
 // Close closes the endpoint: see the package comment. It wakes a blocked
-// Recv, discards the packets on their way to e, stops their timers and
+// Recv, discards the packets on their way to e, stops their timer and
 // waits for a timer callback that is running. Close is idempotent.
 func (e *Endpoint) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
