@@ -70,7 +70,7 @@ type direction struct {
 	arrivals uint64
 	// ready holds the packets to receive, in order; its capacity,
 	// Capacity+1, bounds queued. Protected by mu.
-	ready ring.Ring[[]byte]
+	ready ring.Ring[pkt]
 	// free holds packet buffers for reuse. Protected by mu.
 	free [][]byte
 	// timer delivers the delayed packets: while delayed is not empty it
@@ -83,9 +83,17 @@ type direction struct {
 	scratch wire.Packet
 }
 
-// entry is one packet copy in the pipe.
-type entry struct {
+// pkt is one packet copy in the pipe: its bytes (owned by the direction:
+// from getBufLocked, back to putBufLocked) and the traffic class the
+// receiver will see.
+type pkt struct {
 	buf []byte
+	tc  uint8
+}
+
+// entry is a packet on its way, before it is ready.
+type entry struct {
+	pkt
 	// at is when the packet arrives (Delay).
 	at time.Time
 	// reorder says the packet was sent with ReorderWindow > 1, and hold
@@ -113,7 +121,7 @@ func newDirection(src, dst *Endpoint, clk clock.Clock, capacity int, seed rand.S
 		notify: make(chan struct{}, 1),
 		done:   make(chan struct{}),
 		rng:    rand.New(seed),
-		ready:  ring.New[[]byte](capacity + 1),
+		ready:  ring.New[pkt](capacity + 1),
 	}
 	d.fireFn = d.fire
 	return d
@@ -138,7 +146,7 @@ func (d *direction) send(pkts []link.Packet, f *Faults, filter func(*link.Packet
 	}
 	delayed := false
 	for i := range pkts {
-		b := pkts[i].Buf
+		b, tc := pkts[i].Buf, pkts[i].Net.TrafficClass
 		if d.closed || len(b) > link.MaxPacketSize || d.queued >= d.capacity {
 			st.txDropped.Add(1)
 			continue
@@ -149,6 +157,7 @@ func (d *direction) send(pkts []link.Packet, f *Faults, filter func(*link.Packet
 		copy(buf, b)
 		if filter != nil {
 			p := link.Packet{Buf: buf, Net: d.rxNet}
+			p.Net.TrafficClass = tc
 			if filter(&p) == Drop {
 				st.loss.Add(1)
 				d.putBufLocked(buf)
@@ -174,7 +183,7 @@ func (d *direction) send(pkts []link.Packet, f *Faults, filter func(*link.Packet
 				copy(dup, buf)
 				buf = dup
 			}
-			e := entry{buf: buf, reorder: f.ReorderWindow > 1}
+			e := entry{pkt: pkt{buf: buf, tc: tc}, reorder: f.ReorderWindow > 1}
 			if e.reorder {
 				e.hold = uint64(d.rng.IntN(f.ReorderWindow))
 			}
@@ -277,7 +286,7 @@ func (d *direction) arriveLocked(e entry) {
 	d.arrivals++
 	if !e.reorder {
 		d.releaseLocked(len(d.held))
-		d.pushReadyLocked(e.buf)
+		d.pushReadyLocked(e.pkt)
 		return
 	}
 	e.slot = e.seq + e.hold
@@ -308,7 +317,7 @@ func (d *direction) releaseLocked(m int) {
 		low = min(low, d.held[i].seq)
 	}
 	for _, e := range d.held[:m] {
-		d.pushReadyLocked(e.buf)
+		d.pushReadyLocked(e.pkt)
 	}
 	d.held = slices.Delete(d.held, 0, m)
 	if overtakes > 0 {
@@ -317,8 +326,8 @@ func (d *direction) releaseLocked(m int) {
 }
 
 // Preconditions: d.mu is held.
-func (d *direction) pushReadyLocked(buf []byte) {
-	if !d.ready.Push(buf) {
+func (d *direction) pushReadyLocked(p pkt) {
+	if !d.ready.Push(p) {
 		panic("pipe: ready queue overflow") // queued <= Capacity+1
 	}
 }
@@ -340,19 +349,20 @@ func (d *direction) take(pkts []link.Packet) (int, error) {
 			}
 			d.releaseLocked(len(d.held))
 		}
-		buf, _ := d.ready.Pop()
+		r, _ := d.ready.Pop()
 		d.queued--
 		p := &pkts[n]
-		if cap(p.Buf) < len(buf) {
+		if cap(p.Buf) < len(r.buf) {
 			st.rxTruncated.Add(1)
-			d.putBufLocked(buf)
+			d.putBufLocked(r.buf)
 			continue
 		}
-		p.Buf = append(p.Buf[:0], buf...)
+		p.Buf = append(p.Buf[:0], r.buf...)
 		p.Net = d.rxNet
+		p.Net.TrafficClass = r.tc
 		st.rxPackets.Add(1)
-		st.rxBytes.Add(uint64(len(buf)))
-		d.putBufLocked(buf)
+		st.rxBytes.Add(uint64(len(r.buf)))
+		d.putBufLocked(r.buf)
 		n++
 	}
 	return n, nil

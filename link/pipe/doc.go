@@ -10,10 +10,12 @@
 // Each endpoint has an IP address and UDP port (Config.AddrA, AddrB). A
 // packet arrives with its Net as a UDP socket shows it: Src and SrcPort are
 // the sender's, Dst and DstPort the receiver's, DontFragment is set, the
-// IPv4 ID is 0 and every other field is zero. The Net given to Send is
-// ignored: an endpoint has one peer and always sends from its own address,
-// so a packet whose ICRC was computed for other addresses fails the
-// receiver's check, as it would on a network.
+// IPv4 ID is 0, TrafficClass is the one the sender gave in
+// Net.TrafficClass, and every other field is zero. The rest of the Net
+// given to Send is ignored: an endpoint has one peer and always sends from
+// its own address, so a packet whose ICRC was computed for other addresses
+// fails the receiver's check, as it would on a network. (The ICRC masks
+// the traffic class.)
 //
 // # Ownership and threading
 //

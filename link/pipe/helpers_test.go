@@ -96,8 +96,18 @@ func bufs(k int) []link.Packet {
 // copies of the packets.
 func drain(t *testing.T, e *pipe.Endpoint) [][]byte {
 	t.Helper()
-	slots := bufs(16)
 	var got [][]byte
+	for _, p := range drainNet(t, e) {
+		got = append(got, p.Buf)
+	}
+	return got
+}
+
+// drainNet is drain with each packet's Net.
+func drainNet(t *testing.T, e *pipe.Endpoint) []link.Packet {
+	t.Helper()
+	slots := bufs(16)
+	var got []link.Packet
 	for {
 		n, err := e.TryRecv(slots)
 		require.NoError(t, err)
@@ -105,7 +115,7 @@ func drain(t *testing.T, e *pipe.Endpoint) [][]byte {
 			return got
 		}
 		for _, p := range slots[:n] {
-			got = append(got, bytes.Clone(p.Buf))
+			got = append(got, link.Packet{Buf: bytes.Clone(p.Buf), Net: p.Net})
 		}
 	}
 }

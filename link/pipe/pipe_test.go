@@ -46,8 +46,9 @@ func TestInOrder(t *testing.T) {
 }
 
 // TestRecvNet: Recv reports the addresses as a UDP socket would (Src the
-// sender's, Dst the receiver's, DF set, ID 0, nothing else), whatever Net
-// the sender passed, and the packets pass wire.ParseDatagram.
+// sender's, Dst the receiver's, DF set, ID 0, nothing else), whatever
+// addresses the sender passed, with the sender's traffic class, and the
+// packets pass wire.ParseDatagram.
 func TestRecvNet(t *testing.T) {
 	addr := func(s string, port uint16) wire.Net {
 		return wire.Net{Src: netip.MustParseAddr(s), SrcPort: port}
@@ -75,14 +76,17 @@ func TestRecvNet(t *testing.T) {
 				d, _ := dir.dst.LocalAddr()
 				want := wire.Net{Src: s.Src, SrcPort: s.SrcPort, Dst: d.Src, DstPort: d.SrcPort, DontFragment: true}
 				pkt := packet(&want, 7)
-				// The Net given to Send is ignored.
-				bogus := wire.Net{Src: netip.MustParseAddr("203.0.113.9"), Dst: netip.MustParseAddr("203.0.113.10"), ID: 99, HopLimit: 3}
+				// The Net given to Send is ignored but for its traffic
+				// class (DSCP 46, ECT(0)), which the ICRC masks.
+				bogus := wire.Net{Src: netip.MustParseAddr("203.0.113.9"), Dst: netip.MustParseAddr("203.0.113.10"),
+					ID: 99, HopLimit: 3, FlowLabel: 5, TrafficClass: 0xba}
 				require.NoError(t, dir.src.Send([]link.Packet{{Buf: pkt, Net: bogus}}))
 				slots := bufs(1)
 				slots[0].Net = bogus
 				n, err := dir.dst.Recv(slots)
 				require.NoError(t, err)
 				require.Equal(t, 1, n)
+				want.TrafficClass = 0xba
 				require.Equal(t, want, slots[0].Net)
 				var p wire.Packet
 				require.Equal(t, wire.DropNone, wire.ParseDatagram(slots[0].Buf, &slots[0].Net, &p))
@@ -91,6 +95,42 @@ func TestRecvNet(t *testing.T) {
 		})
 	}
 	require.Panics(t, func() { pipe.New(pipe.Config{AddrB: addr("2001:db8::2", 0)}) })
+}
+
+// TestTrafficClass: each packet keeps the traffic class it was sent with
+// through duplication, delay and reordering, and the filter sees it.
+func TestTrafficClass(t *testing.T) {
+	const n = 500
+	clk := clock.NewFake(time0)
+	a, b := pair(t, pipe.Config{Seed: 5, Clock: clk, Capacity: bigQueue,
+		Faults: pipe.Faults{Duplicate: 0.2, ReorderWindow: 4, Delay: ms}})
+	nab := netFrom(t, a, b)
+	tc := func(i int) uint8 { return uint8(i*7) ^ uint8(i>>3) }
+	filtered, seen := 0, 0
+	a.SetFilter(func(p *link.Packet) pipe.Verdict {
+		filtered++
+		if p.Net.TrafficClass == tc(index(p.Buf)) {
+			seen++
+		}
+		return pipe.Pass
+	})
+	for i := 0; i < n; i += 5 {
+		batch := make([]link.Packet, 5)
+		for k := range batch {
+			batch[k] = link.Packet{Buf: packet(&nab, i+k), Net: wire.Net{TrafficClass: tc(i + k)}}
+		}
+		require.NoError(t, a.Send(batch))
+	}
+	clk.Advance(ms)
+	got := drainNet(t, b)
+	require.Equal(t, n, filtered)
+	require.Equal(t, n, seen, "the filter sees the traffic class")
+	require.Len(t, got, n+int(a.Stats().InjectedDuplicate))
+	for _, p := range got {
+		want := nab
+		want.TrafficClass = tc(index(p.Buf))
+		require.Equal(t, want, p.Net, "packet %d", index(p.Buf))
+	}
 }
 
 // TestSendCopies: the caller may reuse its buffer once Send returns.
