@@ -86,6 +86,13 @@ type Stats struct {
 	TxDropped uint64
 	// RxTruncated counts received datagrams larger than the buffer.
 	RxTruncated uint64
+	// QueueDropped counts packets a bottleneck queue in the link dropped
+	// because it was full (link/pipe's Faults.Queue).
+	QueueDropped uint64
 	// Injected fault counters (link/pipe).
 	InjectedLoss, InjectedDuplicate, InjectedReorder, InjectedCorrupt uint64
+	// InjectedCE counts the ECN-capable packets (ECT(0) or ECT(1) in the
+	// traffic class) the link marked Congestion Experienced (link/pipe's
+	// Faults.CE and Faults.MarkCE, and its filter).
+	InjectedCE uint64
 }
