@@ -79,6 +79,7 @@ func TestConcurrency(t *testing.T) {
 		{"no faults", pipe.Faults{}},
 		{"faults", pipe.Faults{Loss: 0.05, Duplicate: 0.05, Corrupt: 0.05, ReorderWindow: 4}},
 		{"delay", pipe.Faults{Duplicate: 0.05, ReorderWindow: 4, Delay: 20 * time.Microsecond}},
+		{"bottleneck", pipe.Faults{Duplicate: 0.05, CE: 0.1, Rate: 50e6, Queue: 32, MarkCE: 8, Delay: 20 * time.Microsecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := runtime.NumGoroutine()
@@ -128,7 +129,7 @@ func TestConcurrency(t *testing.T) {
 			for i, e := range eps {
 				st := e.Stats()
 				require.Equal(t, uint64(senders*perSender), st.TxPackets)
-				want[1-i] = st.TxPackets - st.InjectedLoss + st.InjectedDuplicate
+				want[1-i] = st.TxPackets - st.InjectedLoss + st.InjectedDuplicate - st.QueueDropped
 				rxs[1-i].waitFor(want[1-i])
 			}
 			for i, e := range eps {
@@ -170,25 +171,69 @@ func TestCloseReleasesEverything(t *testing.T) {
 	checkGoroutines(t, before)
 }
 
+// stepClock is a clock.Clock for allocation tests: time moves only when
+// the test sets now, and the test runs the one timer's callback itself
+// (clock.Fake allocates as it sorts its timers).
+type stepClock struct {
+	now     time.Time
+	f       func()
+	pending bool
+}
+
+func (c *stepClock) Now() time.Time { return c.now }
+
+func (c *stepClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	if c.f != nil {
+		panic("stepClock: a second timer")
+	}
+	c.f, c.pending = f, true
+	return c
+}
+
+func (c *stepClock) Stop() bool {
+	was := c.pending
+	c.pending = false
+	return was
+}
+
+func (c *stepClock) Reset(time.Duration) bool {
+	was := c.pending
+	c.pending = true
+	return was
+}
+
+// step moves the time on by d and runs the timer if it is armed.
+func (c *stepClock) step(d time.Duration) {
+	c.now = c.now.Add(d)
+	if c.pending {
+		c.pending = false
+		c.f()
+	}
+}
+
 // TestZeroAllocs: once warm, sending and receiving allocate nothing, with
-// or without the random faults (style §3.6).
+// or without the random faults and the bottleneck (style §3.6).
 func TestZeroAllocs(t *testing.T) {
 	for _, f := range []pipe.Faults{
 		{},
 		{Loss: 0.1, Duplicate: 0.1, Corrupt: 0.1, ReorderWindow: 4},
+		{Duplicate: 0.1, CE: 0.1, Rate: 1e6, Queue: 6, MarkCE: 3, Delay: ms},
 	} {
 		t.Run(fmt.Sprintf("%+v", f), func(t *testing.T) {
-			a, b := pair(t, pipe.Config{Faults: f})
+			clk := &stepClock{now: time0}
+			a, b := pair(t, pipe.Config{Faults: f, Clock: clk})
 			n := netFrom(t, a, b)
 			pkts := make([]link.Packet, 8)
 			for i := range pkts {
 				pkts[i].Buf = packet(&n, i)
+				pkts[i].Net.TrafficClass = 2
 			}
 			slots := bufs(8)
 			run := func() {
 				if err := a.Send(pkts); err != nil {
 					panic(err)
 				}
+				clk.step(time.Second)
 				for {
 					k, err := b.TryRecv(slots)
 					if err != nil {

@@ -81,6 +81,8 @@ type direction struct {
 	timerAt time.Time
 	// scratch is ParseDatagram's output for corruption. Protected by mu.
 	scratch wire.Packet
+	// bn is the bottleneck (Faults.Rate). Protected by mu.
+	bn bottleneck
 }
 
 // pkt is one packet copy in the pipe: its bytes (owned by the direction:
@@ -94,7 +96,8 @@ type pkt struct {
 // entry is a packet on its way, before it is ready.
 type entry struct {
 	pkt
-	// at is when the packet arrives (Delay).
+	// at is when the packet arrives (the bottleneck's departure, then
+	// Delay).
 	at time.Time
 	// reorder says the packet was sent with ReorderWindow > 1, and hold
 	// is its hold then.
@@ -141,7 +144,7 @@ func (d *direction) send(pkts []link.Packet, f *Faults, filter func(*link.Packet
 	st := &d.src.stats
 	d.mu.Lock()
 	var now time.Time
-	if f.Delay > 0 {
+	if f.Delay > 0 || f.Rate > 0 {
 		now = d.clk.Now()
 	}
 	delayed := false
@@ -163,6 +166,10 @@ func (d *direction) send(pkts []link.Packet, f *Faults, filter func(*link.Packet
 				d.putBufLocked(buf)
 				continue
 			}
+			if ect(tc) && p.Net.TrafficClass&ecnMask == ecnCE {
+				st.ce.Add(1)
+			}
+			tc = p.Net.TrafficClass
 		}
 		if f.Loss > 0 && d.rng.Float64() < f.Loss {
 			st.loss.Add(1)
@@ -172,24 +179,36 @@ func (d *direction) send(pkts []link.Packet, f *Faults, filter func(*link.Packet
 		if f.Corrupt > 0 && d.rng.Float64() < f.Corrupt && d.corruptLocked(buf) {
 			st.corrupt.Add(1)
 		}
-		copies := 1
+		if f.CE > 0 && d.rng.Float64() < f.CE && markCE(&tc) {
+			st.ce.Add(1)
+		}
+		copies, n := [2][]byte{buf}, 1
 		if f.Duplicate > 0 && d.rng.Float64() < f.Duplicate {
 			st.duplicate.Add(1)
-			copies = 2
+			copies[1] = d.getBufLocked(len(buf))
+			copy(copies[1], buf)
+			n = 2
 		}
-		for c := range copies {
-			if c == 1 {
-				dup := d.getBufLocked(len(buf))
-				copy(dup, buf)
-				buf = dup
+		for _, buf := range copies[:n] {
+			e := entry{pkt: pkt{buf: buf, tc: tc}, at: now.Add(f.Delay)}
+			if f.Rate > 0 {
+				depth := d.bn.depth(now)
+				if f.Queue > 0 && depth >= f.Queue {
+					st.queueDropped.Add(1)
+					d.putBufLocked(buf)
+					continue
+				}
+				if f.MarkCE > 0 && depth >= f.MarkCE && markCE(&e.tc) {
+					st.ce.Add(1)
+				}
+				e.at = d.bn.admit(now, len(buf), f.Rate, d.capacity+1).Add(f.Delay)
 			}
-			e := entry{pkt: pkt{buf: buf, tc: tc}, reorder: f.ReorderWindow > 1}
+			e.reorder = f.ReorderWindow > 1
 			if e.reorder {
 				e.hold = uint64(d.rng.IntN(f.ReorderWindow))
 			}
 			d.queued++
-			if f.Delay > 0 {
-				e.at = now.Add(f.Delay)
+			if e.at.After(now) {
 				d.insertDelayedLocked(e)
 				delayed = true
 			} else {
@@ -378,6 +397,7 @@ func (d *direction) close() {
 	}
 	d.timerOn = false
 	d.delayed, d.dHead, d.held, d.free = nil, 0, nil, nil
+	d.bn = bottleneck{}
 	d.ready.Reset()
 	d.queued = 0
 	d.mu.Unlock()

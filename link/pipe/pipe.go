@@ -50,6 +50,28 @@ type Faults struct {
 	// Corrupt is the probability that one bit of a packet is flipped, a
 	// bit whose flip the receiver's wire.ParseDatagram detects.
 	Corrupt float64
+	// CE is the probability that an ECN-capable packet (its traffic
+	// class's ECN field, TrafficClass&3, is ECT(0) or ECT(1)) is marked
+	// Congestion Experienced (the field set to 0b11), counted as
+	// InjectedCE. Packets that are not ECN-capable, or already CE, are
+	// left alone.
+	CE float64
+	// Rate, Queue and MarkCE model a bottleneck: a FIFO queue served at
+	// Rate bytes per second, as Linux's tbf with a pfifo would. Rate 0
+	// means none, and then Queue and MarkCE do nothing. The bytes are
+	// the packet's, BTH through ICRC (the IP and UDP headers are not
+	// counted).
+	Rate int64
+	// Queue is how many packets the bottleneck holds, the one being sent
+	// out included: a packet that arrives when Queue packets are waiting
+	// to depart is dropped, counted as QueueDropped. 0 means no limit
+	// (Config.Capacity still bounds the pipe, and its drops are
+	// TxDropped).
+	Queue int
+	// MarkCE is the queue depth at or above which an ECN-capable packet
+	// arriving at the bottleneck is marked CE (InjectedCE) and queued; a
+	// packet that is not ECN-capable is queued unmarked. 0 marks none.
+	MarkCE int
 	// ReorderWindow k > 1 lets a packet be received after up to k-1
 	// packets that arrived after it (and never more); 0 and 1 keep the
 	// order.
@@ -60,7 +82,7 @@ type Faults struct {
 
 // normalized returns f with negative (and NaN) values zeroed.
 func (f Faults) normalized() Faults {
-	for _, p := range []*float64{&f.Loss, &f.Duplicate, &f.Corrupt} {
+	for _, p := range []*float64{&f.Loss, &f.Duplicate, &f.Corrupt, &f.CE} {
 		if !(*p > 0) {
 			*p = 0
 		}
@@ -69,6 +91,9 @@ func (f Faults) normalized() Faults {
 		f.ReorderWindow = 0
 	}
 	f.Delay = max(f.Delay, 0)
+	f.Rate = max(f.Rate, 0)
+	f.Queue = max(f.Queue, 0)
+	f.MarkCE = max(f.MarkCE, 0)
 	return f
 }
 
@@ -99,7 +124,8 @@ var _ link.Link = (*Endpoint)(nil)
 // counters back link.Stats.
 type counters struct {
 	txPackets, txBytes, rxPackets, rxBytes, txDropped, rxTruncated atomic.Uint64
-	loss, duplicate, reorder, corrupt                              atomic.Uint64
+	queueDropped                                                   atomic.Uint64
+	loss, duplicate, reorder, corrupt, ce                          atomic.Uint64
 }
 
 // New returns the two endpoints of a new pipe. It panics if AddrA and
@@ -208,11 +234,12 @@ func (e *Endpoint) LocalAddr() (wire.Net, error) { return e.addr, nil }
 // Stats returns the endpoint's counters. The Tx and Injected counters are
 // about the packets e sent: TxPackets and TxBytes count the packets
 // admitted into the pipe, TxDropped those refused (peer closed, too long,
-// queue full), InjectedLoss those the filter or Loss dropped. The Rx
-// counters are about the packets e received. Packets discarded because e
-// closed are not counted. Once everything sent from e has been received,
-// the peer's RxPackets + RxTruncated equals
-// TxPackets - InjectedLoss + InjectedDuplicate.
+// Capacity reached), InjectedLoss those the filter or Loss dropped,
+// QueueDropped those the bottleneck's full Queue dropped. The Rx counters
+// are about the packets e received. Packets discarded because e closed are
+// not counted. Once everything sent from e has been received, the peer's
+// RxPackets + RxTruncated equals
+// TxPackets - InjectedLoss + InjectedDuplicate - QueueDropped.
 func (e *Endpoint) Stats() link.Stats {
 	c := &e.stats
 	return link.Stats{
@@ -226,6 +253,8 @@ func (e *Endpoint) Stats() link.Stats {
 		InjectedDuplicate: c.duplicate.Load(),
 		InjectedReorder:   c.reorder.Load(),
 		InjectedCorrupt:   c.corrupt.Load(),
+		QueueDropped:      c.queueDropped.Load(),
+		InjectedCE:        c.ce.Load(),
 	}
 }
 
@@ -242,7 +271,10 @@ func (e *Endpoint) Faults() Faults { return *e.faults.Load() }
 // SetFilter installs f to judge every packet e sends from now on, after
 // admission and before the random faults; nil removes it. f sees the
 // pipe's copy of the packet with Net as the receiver will see it, and may
-// change the bytes of p.Buf (not its length) but must not keep p. It runs
+// change the bytes of p.Buf (not its length) and p.Net.TrafficClass (to
+// mark the packet CE, say: changing an ECN-capable packet to CE counts as
+// InjectedCE; the other fields of p.Net are ignored), but must not keep
+// p. It runs
 // with the direction's lock held, so it must not call Send, Recv,
 // TryRecv, Queued or Close of either endpoint; Stats, SetFaults and
 // SetFilter are fine.

@@ -393,7 +393,7 @@ func TestSetFaults(t *testing.T) {
 	require.Len(t, drain(t, a), 100, "the other direction is unaffected")
 	require.Equal(t, uint64(100), a.Stats().InjectedLoss)
 
-	a.SetFaults(pipe.Faults{Loss: -1, Duplicate: -0.5, ReorderWindow: 1, Delay: -ms})
+	a.SetFaults(pipe.Faults{Loss: -1, Duplicate: -0.5, CE: -1, ReorderWindow: 1, Delay: -ms, Rate: -1, Queue: -1, MarkCE: -1})
 	require.Equal(t, pipe.Faults{}, a.Faults(), "out-of-range values are normalized")
 	sendN(t, a, &nab, 200, 300)
 	require.Equal(t, seq(200, 300), indices(drain(t, b)))
