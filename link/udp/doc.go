@@ -32,12 +32,25 @@
 //     address (an IP_PKTINFO / IPV6_PKTINFO control message). With a
 //     specific bind the kernel uses the bound address and Net.Src is not
 //     consulted.
+//   - Traffic class, received: IP_RECVTOS (IPv4 and dual-stack sockets)
+//     and IPV6_RECVTCLASS (IPv6 sockets), always, so that Recv reports
+//     each datagram's IPv4 TOS / IPv6 traffic class in Net.TrafficClass,
+//     and the transport sees the CE marks (ECN field 0b11) that congested
+//     routers set, whether or not this link sends ECN-capable packets
+//     itself. It costs a control message per datagram, parsed without
+//     allocating. On a dual-stack socket IPv4 datagrams report IP_TOS,
+//     IPv6 ones IPV6_TCLASS.
+//   - ECN (Config.ECN): IP_TOS = 2 and, on IPv6 sockets, IPV6_TCLASS = 2,
+//     so that every packet leaves with ECT(0) (DSCP 0). A dual-stack
+//     socket gets both, since its IPv4 traffic takes IP_TOS. GSO segments
+//     inherit it.
 //
 // The UDP source port is the socket's port for every packet: the rxe
 // convention 0xC000|entropy cannot be followed per packet on one socket,
 // and peers accept any source port. Packets to a Net whose DstPort is 0 go
-// to Config.RemotePort (default 4791). Traffic class, hop limit and flow
-// label come from the socket's defaults; the ICRC masks them.
+// to Config.RemotePort (default 4791). The traffic class is the socket's
+// (0, or ECT(0) with Config.ECN), not Net.TrafficClass; hop limit and flow
+// label are the socket's defaults. The ICRC masks all three.
 //
 // # Segmentation offloads
 //
@@ -60,7 +73,9 @@
 // control message gives the segment size). They are received into the
 // link's own 64 KiB buffers (BatchSize of them) and copied, one segment
 // per packet, into the caller's buffers; segments that do not fit into
-// this call's packets are kept, in order, for the next Recv. Without GRO
+// this call's packets are kept, in order, for the next Recv. Every segment
+// gets the coalesced datagram's Net, traffic class included (the kernel
+// does not coalesce datagrams whose IP headers differ in it). Without GRO
 // recvmmsg writes straight into the caller's buffers.
 //
 // # Ownership and threading

@@ -32,7 +32,7 @@ type rxState struct {
 	msgs  []unix.Mmsghdr
 	iovs  []unix.Iovec
 	names []unix.RawSockaddrInet6
-	ctrl  []byte // ctrlSize bytes per message, nil when unused
+	ctrl  []byte // ctrlSize bytes per message
 
 	// GRO: datagrams land in bufs (groBufSize each) and wait in
 	// pend[ph:pn] until copied out.
@@ -52,13 +52,11 @@ type rxState struct {
 	stale int
 }
 
-func (r *rxState) init(batch int, gro, ctrl bool) {
+func (r *rxState) init(batch int, gro bool) {
 	r.msgs = make([]unix.Mmsghdr, batch)
 	r.iovs = make([]unix.Iovec, batch)
 	r.names = make([]unix.RawSockaddrInet6, batch)
-	if gro || ctrl {
-		r.ctrl = make([]byte, batch*ctrlSize)
-	}
+	r.ctrl = make([]byte, batch*ctrlSize)
 	r.gro = gro
 	if gro {
 		r.bufs = make([]byte, batch*groBufSize)
@@ -86,10 +84,8 @@ func (r *rxState) reset() {
 		h := &r.msgs[i].Hdr
 		h.Namelen = unix.SizeofSockaddrInet6
 		h.Flags = 0
-		if r.ctrl != nil {
-			h.Control = &r.ctrl[i*ctrlSize]
-			h.SetControllen(ctrlSize)
-		}
+		h.Control = &r.ctrl[i*ctrlSize]
+		h.SetControllen(ctrlSize)
 	}
 	r.stale = 0
 }
@@ -376,7 +372,8 @@ func (l *Link) read(fd uintptr) bool {
 func (l *Link) tryRead(fd uintptr) { l.read(fd) }
 
 // parseMsg fills n from message i's source address and control messages
-// and returns the GRO segment size (0: a single datagram).
+// (the destination address with a wildcard bind, the traffic class) and
+// returns the GRO segment size (0: a single datagram).
 //
 // Preconditions: l.rx.mu is held.
 func (l *Link) parseMsg(i int, n *wire.Net) (seg int) {
@@ -392,8 +389,9 @@ func (l *Link) parseMsg(i int, n *wire.Net) (seg int) {
 		src, sport = netip.AddrFrom16(sa.Addr).Unmap(), getPort(&sa.Port)
 	}
 	dst := l.local.Addr()
+	var tc uint8
 	h := &r.msgs[i].Hdr
-	if h.Controllen > 0 && r.ctrl != nil {
+	if h.Controllen > 0 {
 		c := r.ctrl[i*ctrlSize : i*ctrlSize+min(int(h.Controllen), ctrlSize)]
 		for len(c) >= unix.SizeofCmsghdr {
 			ch := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
@@ -411,6 +409,10 @@ func (l *Link) parseMsg(i int, n *wire.Net) (seg int) {
 			case ch.Level == unix.IPPROTO_IPV6 && ch.Type == unix.IPV6_PKTINFO && len(d) >= unix.SizeofInet6Pktinfo:
 				pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&d[0]))
 				dst = netip.AddrFrom16(pi.Addr).Unmap()
+			case ch.Level == unix.IPPROTO_IP && ch.Type == unix.IP_TOS && len(d) >= 1:
+				tc = d[0]
+			case ch.Level == unix.IPPROTO_IPV6 && ch.Type == unix.IPV6_TCLASS && len(d) >= 4:
+				tc = uint8(binary.NativeEndian.Uint32(d))
 			}
 			next := unix.CmsgSpace(cl - unix.SizeofCmsghdr)
 			if next >= len(c) {
@@ -419,6 +421,6 @@ func (l *Link) parseMsg(i int, n *wire.Net) (seg int) {
 			c = c[next:]
 		}
 	}
-	*n = wire.Net{Src: src, Dst: dst, SrcPort: sport, DstPort: l.local.Port(), DontFragment: true}
+	*n = wire.Net{Src: src, Dst: dst, SrcPort: sport, DstPort: l.local.Port(), TrafficClass: tc, DontFragment: true}
 	return seg
 }

@@ -100,14 +100,20 @@ func (tn *tun) read(t *testing.T) []byte {
 // UDP headers (the real IP ID included). Without GSO every packet has ID
 // 0, DF and UDP checksum 0 (SO_NO_CHECK); with GSO the kernel splits the
 // super-packet and numbers the IDs 0, 1, 2, ..., and the link's rewritten
-// ICRCs must match them. Needs CAP_NET_ADMIN (skipped otherwise).
+// ICRCs must match them. With ECN every packet carries ECT(0) in its TOS
+// byte (which the ICRC masks), without it 0. Needs CAP_NET_ADMIN (skipped
+// otherwise).
 func TestWireIPv4(t *testing.T) {
 	t.Parallel()
-	for _, gso := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "gso"}[gso], func(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		gso, ecn bool
+	}{{"plain", false, false}, {"gso", true, false}, {"ecn", false, true}, {"gso+ecn", true, true}} {
+		gso := tc.gso
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tn := openTUN(t)
-			l := open(t, udp.Config{Addr: netip.AddrPortFrom(tn.local, 0), GSO: gso})
+			l := open(t, udp.Config{Addr: netip.AddrPortFrom(tn.local, 0), GSO: gso, ECN: tc.ecn})
 			require.Equal(t, gso, l.Info().GSO)
 			la, err := l.LocalAddr()
 			require.NoError(t, err)
@@ -129,6 +135,7 @@ func TestWireIPv4(t *testing.T) {
 				require.Equal(t, i, int(p.BTH.PSN()))
 				require.Equal(t, wantIDs[i], p.Net.ID, "packet %d: IP ID", i)
 				require.True(t, p.Net.DontFragment, "DF")
+				require.Equal(t, map[bool]uint8{false: 0, true: 2}[tc.ecn], b[1], "packet %d: TOS", i)
 				require.Equal(t, uint16(0x4000), binary.BigEndian.Uint16(b[6:]), "DF only, no fragmentation")
 				require.Equal(t, la.SrcPort, p.Net.SrcPort)
 				// The packet is the caller's, except the ICRC of segments

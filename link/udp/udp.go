@@ -28,6 +28,13 @@ type Config struct {
 	// GSO and GRO ask for UDP_SEGMENT and UDP_GRO when the kernel offers
 	// them (probed at Open; Info says which are active).
 	GSO, GRO bool
+	// ECN makes every packet leave ECN-capable: ECT(0), 0b10, in the ECN
+	// field (the low two bits) of the IPv4 TOS / IPv6 traffic class, set
+	// on the socket (IP_TOS and IPV6_TCLASS). Net.TrafficClass of sent
+	// packets is not consulted either way. Receiving does not depend on
+	// it: Recv always reports the traffic class a datagram arrived with
+	// (CE marks included) in Net.TrafficClass.
+	ECN bool
 	// BatchSize is the largest number of datagrams per recvmmsg/sendmmsg:
 	// default 64, at most 1024.
 	BatchSize int
@@ -55,6 +62,8 @@ type Info struct {
 	// received datagrams comes from IP_PKTINFO/IPV6_PKTINFO, and sends
 	// with Net.Src set use it as their source address.
 	PacketInfo bool
+	// ECN reports that packets leave with ECT(0) (Config.ECN).
+	ECN bool
 }
 
 const (
@@ -64,8 +73,20 @@ const (
 	gsoMaxSegs    = 64
 	gsoMaxBytes   = 65000
 	groBufSize    = 65536
-	ctrlSize      = 128 // per message: UDP_GRO/UDP_SEGMENT + PKTINFO
 	maxUDPPayload = 65507
+
+	// ctrlSize is the control-message space per message, for the most
+	// the kernel sends with one datagram, UDP_GRO (an int), IPV6_PKTINFO
+	// (in6_pktinfo, 20 bytes, larger than IP_PKTINFO's) and IPV6_TCLASS
+	// (an int, larger than IP_TOS's byte), and for what Send passes,
+	// UDP_SEGMENT and a PKTINFO. Each takes a header and its data rounded
+	// up to the word size, at most 8 (TestCtrlSize checks it against
+	// unix.CmsgSpace).
+	ctrlSize = 3*unix.SizeofCmsghdr + 8 + 24 + 8
+
+	// ect0 is the ECN codepoint ECT(0), in the low two bits of the IPv4
+	// TOS and the IPv6 traffic class (RFC 3168).
+	ect0 = 0b10
 )
 
 // Link is a UDP socket carrying RoCEv2 packets. It implements link.Link.
@@ -83,6 +104,7 @@ type Link struct {
 
 	gso     atomic.Bool
 	gro     bool
+	ecn     bool
 	noCheck bool
 	rcvBuf  int
 	sndBuf  int
@@ -156,7 +178,7 @@ func Open(cfg Config) (*Link, error) {
 		}
 	}
 	l.tx.init(l.batch)
-	l.rx.init(l.batch, l.gro, l.pktinfo)
+	l.rx.init(l.batch, l.gro)
 	l.writeFn = l.write
 	l.readFn = l.read
 	l.tryReadFn = l.tryRead
@@ -196,6 +218,30 @@ func (l *Link) setup(fd int, cfg Config) error {
 			return fmt.Errorf("packet info: %w", err)
 		}
 	}
+	// The traffic class: received always (IPv4 datagrams on a dual-stack
+	// socket report it as IP_TOS, IPv6 ones as IPV6_TCLASS), sent as
+	// ECT(0) with ECN (a dual-stack socket sends IPv4 with IP_TOS).
+	if !l.v6 || l.dual {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
+			return fmt.Errorf("IP_RECVTOS: %w", err)
+		}
+		if cfg.ECN {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, ect0); err != nil {
+				return fmt.Errorf("IP_TOS: %w", err)
+			}
+		}
+	}
+	if l.v6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
+			return fmt.Errorf("IPV6_RECVTCLASS: %w", err)
+		}
+		if cfg.ECN {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, ect0); err != nil {
+				return fmt.Errorf("IPV6_TCLASS: %w", err)
+			}
+		}
+	}
+	l.ecn = cfg.ECN
 	// Buffers: best effort.
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, sockBufSize) != nil {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, sockBufSize)
@@ -259,6 +305,7 @@ func (l *Link) Info() Info {
 		NoUDPChecksum:  l.noCheck,
 		DualStack:      l.dual,
 		PacketInfo:     l.pktinfo,
+		ECN:            l.ecn,
 	}
 }
 
