@@ -30,9 +30,12 @@ type Packet struct {
 	// Net holds the IP and UDP fields. On send, Src/SrcPort may be left
 	// zero for the link to fill with its own address; the ICRC in Buf
 	// must have been computed with the values the link will put on the
-	// wire (ID 0, DontFragment set). On receive, the link fills the
-	// addresses and ports; the IPv4 ID is unknown (0) unless the link sees
-	// IP headers.
+	// wire (ID 0, DontFragment set). Whether TrafficClass is sent as given
+	// is the link's choice (link/pipe carries it; link/udp sends its
+	// socket's, ECT(0) with ECN); the ICRC masks it. On receive, the link
+	// fills the addresses and ports and the traffic class as it arrived
+	// (its low two bits are the ECN field: 0b11 is a CE mark); the IPv4 ID
+	// is unknown (0) unless the link sees IP headers.
 	Net wire.Net
 }
 
