@@ -63,7 +63,7 @@ func count(l *udp.Link) *counter {
 
 // waitFor waits until the counter reaches want; the watchdog fails the
 // test if it does not.
-func (c *counter) waitFor(t *testing.T, l *udp.Link, want int) {
+func (c *counter) waitFor(t *testing.T, want int) {
 	t.Helper()
 	deadline := time.Now().Add(watchdog)
 	for c.n.Load() < int64(want) {
@@ -119,7 +119,7 @@ func TestBottleneck(t *testing.T) {
 		t.Logf("after the blast: %+v", s)
 		require.Positive(t, s.Drops, "a blast of %d packets into a queue of 1000 drops", total)
 		want := total - int(s.Drops)
-		c.waitFor(t, rx, want)
+		c.waitFor(t, want)
 		s, err = p.QdiscStats(0)
 		require.NoError(t, err)
 		require.Equal(t, uint64(want), s.Packets, "the queue passed on what arrived")
@@ -146,7 +146,7 @@ func TestBottleneck(t *testing.T) {
 			time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
 			require.NoError(t, tx.Send(pkts[i:i+1]))
 		}
-		c.waitFor(t, rx, int(got)+total)
+		c.waitFor(t, int(got)+total)
 		s, err := p.QdiscStats(0)
 		require.NoError(t, err)
 		t.Logf("paced at %.0f Mbit/s: %+v", rate/1e6, s)

@@ -332,7 +332,7 @@ func (p *Path) Device(side int) string {
 // moved back (it always can, short of a kernel bug), Do returns with the
 // goroutine still locked to it, so that the thread dies with the
 // goroutine instead of serving others from the wrong namespace.
-func (p *Path) Do(side int, fn func() error) error {
+func (p *Path) Do(side int, fn func() error) (err error) {
 	checkSide(side)
 	runtime.LockOSThread()
 	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -345,18 +345,15 @@ func (p *Path) Do(side int, fn func() error) error {
 		runtime.UnlockOSThread()
 		return err
 	}
-	restored := false
+	// Back to the original namespace even if fn panics.
 	defer func() {
-		if restored {
-			runtime.UnlockOSThread()
+		if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
+			err = errors.Join(err, fmt.Errorf("netpath: setns back from %s: %w (this goroutine stays on the thread, which ends with it)", p.ns[side], serr))
+			return
 		}
+		runtime.UnlockOSThread()
 	}()
-	fnErr := fn()
-	if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-		return errors.Join(fnErr, fmt.Errorf("netpath: setns back from %s: %w (this goroutine stays on the thread, which ends with it)", p.ns[side], err))
-	}
-	restored = true
-	return fnErr
+	return fn()
 }
 
 // enter moves the calling thread into side's namespace.
