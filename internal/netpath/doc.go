@@ -38,13 +38,34 @@
 // open one, to be written in the test that needs them (test files may
 // import link/udp).
 //
+// # The CE marker
+//
+// MarkCE puts an eBPF program on the egress of one side's veth, ahead of
+// the qdiscs (tcx egress runs where clsact's egress does, before the root
+// qdisc: it sees packets as they arrive at the bottleneck). It marks
+// IPv4 and IPv6 UDP datagrams to port 4791 (RoCEv2) whose ECN field is
+// ECT(0) or ECT(1): it sets CE and, over IPv4, fixes the header checksum
+// (bpf_l3_csum_replace; a wrong one would make the receiving kernel drop
+// the packet). When it marks is MarkOptions': with a probability, or
+// when a phantom queue (HULL) fed by every packet leaving the side and
+// drained at a rate a little below the bottleneck's exceeds a threshold,
+// so that senders see marks before the real queue builds. Its counters
+// (ECT packets seen, packets marked) are read back with Marked.
+//
+// The program is some 120 eBPF instructions written with a small assembler
+// in this package, loaded with bpf(BPF_PROG_LOAD) and attached with
+// bpf(BPF_LINK_CREATE, BPF_TCX_EGRESS) (Linux 6.6 and later): no clang,
+// no library, no bpffs pin and no tc filter command; closing the link's
+// file descriptor detaches it. Its state is one element of an array map.
+//
 // # Who owns what
 //
 // The Path owns the two namespaces, with the veth pair and the qdiscs in
-// them, and the file descriptors it opened: the namespaces' (for setns).
-// Close deletes the namespaces (ip netns del), which removes the veth
-// pair and its qdiscs, and closes the descriptors; it may be called more
-// than once, and ForTest calls it when the test ends. The caller owns the
+// them, and the file descriptors it opened: the namespaces' (for setns)
+// and each CE marker's map and tcx link. Close detaches the markers,
+// deletes the namespaces (ip netns del), which removes the veth pair and
+// its qdiscs, and closes the descriptors; it may be called more than
+// once, and ForTest calls it when the test ends. The caller owns the
 // sockets it makes in Do. A namespace lives on, unnamed, while a socket
 // made in it is open, so close them before the Path (with ForTest,
 // register their cleanups after it: cleanups run last-in first-out).
@@ -54,7 +75,9 @@
 //
 // Root (CAP_SYS_ADMIN for the namespaces, CAP_NET_ADMIN for the rest),
 // iproute2's ip and tc, and a kernel with network namespaces, veth and
-// sch_tbf. New's error wraps errors.ErrUnsupported when the machine
-// lacks them; ForTest then skips the test, unless CI=true, where it
-// fails it.
+// sch_tbf; MarkCE also needs the bpf syscall and tcx. New's error wraps
+// errors.ErrUnsupported when the machine lacks what New needs; ForTest
+// then skips the test, unless CI=true, where it fails it. MarkCE's
+// errors are plain errors: a test that asks for a marker fails without
+// one.
 package netpath

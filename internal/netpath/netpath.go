@@ -72,7 +72,8 @@ type Path struct {
 	addr6  [2]netip.Addr
 	shaped [2]bool
 
-	mu     sync.Mutex // guards closed; taken before nsMu
+	mu     sync.Mutex // guards marks and closed; taken before nsMu
+	marks  [2]*marker
 	closed bool
 }
 
@@ -369,9 +370,10 @@ func (p *Path) enter(side int) error {
 	return nil
 }
 
-// Close deletes the namespaces, which removes the veth pair and its
-// qdiscs. A namespace lives on, unnamed, while a socket made in it is
-// open: close those first. Close may be called more than once.
+// Close detaches the CE markers and deletes the namespaces, which removes
+// the veth pair and its qdiscs. A namespace lives on, unnamed, while a
+// socket made in it is open: close those first. Close may be called more
+// than once.
 func (p *Path) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -380,6 +382,12 @@ func (p *Path) Close() error {
 	}
 	p.closed = true
 	var errs []error
+	for side, m := range p.marks {
+		if m != nil {
+			errs = append(errs, m.close())
+			p.marks[side] = nil
+		}
+	}
 	p.nsMu.Lock()
 	for side := range 2 {
 		if p.nsFD[side] >= 0 {
