@@ -31,7 +31,9 @@ type MarkOptions struct {
 	Probability float64
 }
 
-// MarkCounts are a marker's counters since MarkCE attached it.
+// MarkCounts are a marker's counters since MarkCE attached it. They count
+// packets as the egress hook sees them: a GSO super-packet, marked whole,
+// counts once, however many datagrams it arrives as.
 type MarkCounts struct {
 	// ECT counts the RoCEv2 packets (UDP to port 4791) the marker saw
 	// with ECT(0) or ECT(1): those it could mark.

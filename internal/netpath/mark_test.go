@@ -221,3 +221,43 @@ func TestMarkPhantomQueue(t *testing.T) {
 		})
 	}
 }
+
+// TestMarkGSO sends ECT(0) datagrams as UDP GSO super-packets (as
+// link/udp with GSO does): the marker sees each super-packet as one
+// packet, marks it whole, and every segment arrives CE with a good header
+// checksum.
+func TestMarkGSO(t *testing.T) {
+	p := netpath.ForTest(t, netpath.Options{Rate: 100e6})
+	require.NoError(t, p.MarkCE(0, netpath.MarkOptions{Probability: 1}))
+	rx := listen(t, p, 1, p.Addr(1), 4791)
+	ecnReceiver(t, rx, false)
+	tx := listen(t, p, 0, p.Addr(0), 0)
+	const (
+		supers = 5
+		segs   = 10
+		size   = 1000
+	)
+	oob := make([]byte, unix.CmsgSpace(4)+unix.CmsgSpace(2))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+	h.Level, h.Type = unix.IPPROTO_IP, unix.IP_TOS
+	h.SetLen(unix.CmsgLen(4))
+	binary.NativeEndian.PutUint32(oob[unix.CmsgLen(0):], 0b10)
+	h = (*unix.Cmsghdr)(unsafe.Pointer(&oob[unix.CmsgSpace(4)]))
+	h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	binary.NativeEndian.PutUint16(oob[unix.CmsgSpace(4)+unix.CmsgLen(0):], size)
+	for s := range supers {
+		var b []byte
+		for i := range segs {
+			b = append(b, datagram(s*segs+i, 0b10, size)...)
+		}
+		_, _, err := tx.WriteMsgUDPAddrPort(b, oob, netip.AddrPortFrom(p.Addr(1), 4791))
+		require.NoError(t, err)
+	}
+	for _, a := range receive(t, rx, supers*segs) {
+		require.Equal(t, byte(0b11), a.got, "segment %d", a.seq)
+	}
+	c, err := p.Marked(0)
+	require.NoError(t, err)
+	require.Equal(t, netpath.MarkCounts{ECT: supers, Marked: supers}, c, "one count per super-packet")
+}
