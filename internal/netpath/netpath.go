@@ -299,8 +299,9 @@ func (p *Path) Addr(side int) netip.Addr {
 	return p.addr4[side]
 }
 
-// Addr6 returns side's IPv6 address, fd77:0:0:N::1 or ::2 (/64), or the
-// zero Addr when Options.IPv6 is off.
+// Addr6 returns side's IPv6 address, fd77:0:0:N::1 or ::2 (/64; N, the
+// third byte of the IPv4 addresses, in hexadecimal), or the zero Addr when
+// Options.IPv6 is off.
 func (p *Path) Addr6(side int) netip.Addr {
 	checkSide(side)
 	return p.addr6[side]
