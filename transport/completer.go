@@ -68,7 +68,7 @@ func (c *Completer) receive(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 	// a repeated ACK of the last acknowledged PSN is harmless. READ
 	// responses and ATOMIC acknowledges are checked against the READ or
 	// ATOMIC they answer, which stays started across a go-back.
-	if info.Kind == wire.KindAck && (psn.Diff(r.psn) >= 0 || psn.Diff(r.ackPSN) < -1) {
+	if info.Kind == wire.KindAck && (psn.Diff(r.maxPSN) >= 0 || psn.Diff(r.ackPSN) < -1) {
 		env.Stats.Drop(DropStaleResponse)
 		return
 	}
@@ -96,6 +96,9 @@ func (c *Completer) receive(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 		if !c.ackUpTo(q, env, psn, fx) {
 			// A repeat of the last acknowledgement: nothing new.
 			env.Stats.Drop(DropDuplicateAck)
+			if r.maxPSN != r.ackPSN {
+				r.win.duplicateAck(env, psn, r.maxPSN)
+			}
 		}
 	case wire.KindAtomicAck:
 		w := c.findReadAtomic(q, psn)
@@ -182,6 +185,7 @@ func (c *Completer) nak(q *QP, env *Env, psn wire.PSN, code wire.NAKCode, fx *Ef
 			return
 		}
 		c.lastSeqNAK = psn
+		r.win.congestion(env, psn, r.maxPSN, false)
 		if c.state == CompleterRetrying {
 			return
 		}
@@ -256,10 +260,15 @@ func (c *Completer) readResponse(q *QP, env *Env, w *SendWQE, p *wire.Packet, fx
 	}
 	if advanced {
 		w.rerequested = false
+		if w.respNext == w.reqTo {
+			fx.Run = true // the part asked for arrived: the next may be asked for
+		}
 		if w.firstPSN.Diff(r.ackPSN) <= 0 && w.respNext.Diff(r.ackPSN) > 0 {
 			// Responses received in order acknowledge their PSNs: the
 			// window slides with them (a READ may span more than it).
+			r.win.onAck(env, int(w.respNext.Diff(r.ackPSN)))
 			r.ackPSN = w.respNext
+			r.catchUp(q)
 			c.keepSeqNAK(r)
 		}
 		c.progress(q)
@@ -272,7 +281,8 @@ func (c *Completer) readResponse(q *QP, env *Env, w *SendWQE, p *wire.Packet, fx
 		c.ackUpTo(q, env, w.lastPSN, fx)
 		return
 	}
-	lost := psn == w.lastPSN || psn.Diff(w.respNext) >= readReorderTolerance
+	// The last response asked for came, or many after the missing one.
+	lost := psn == w.lastPSN || psn.Add(1) == w.reqTo || psn.Diff(w.respNext) >= readReorderTolerance
 	if lost && !w.rerequested {
 		w.rerequested = true
 		c.rerequest(q, env, w.respNext, fx)
@@ -336,6 +346,19 @@ func (c *Completer) ackUpTo(q *QP, env *Env, psn wire.PSN, fx *Effects) bool {
 			continue
 		}
 		if w.lastPSN.Diff(psn) > 0 {
+			if w.WR.Opcode == verbs.WRRDMARead && w.firstPSN.Diff(limit) <= 0 {
+				// The acknowledgement reaches a READ asked for in parts:
+				// its PSNs count as acknowledged up to the responses
+				// that arrived (those that came while earlier requests
+				// awaited their acknowledgement count now). One that
+				// covers a response that has not arrived means it was
+				// lost (implied NAK, IBTA 9.7.5.1.2).
+				limit = w.respNext
+				if psn.Diff(w.respNext) >= 0 && !w.rerequested {
+					w.rerequested = true
+					c.rerequest(q, env, w.respNext, fx)
+				}
+			}
 			break
 		}
 		if w.readAtomic() {
@@ -350,7 +373,8 @@ func (c *Completer) ackUpTo(q *QP, env *Env, psn wire.PSN, fx *Effects) bool {
 		q.completeHead(verbs.WCSuccess)
 		progress = true
 	}
-	if limit.Diff(r.ackPSN) > 0 && limit.Diff(r.psn) <= 0 {
+	if limit.Diff(r.ackPSN) > 0 && limit.Diff(r.maxPSN) <= 0 {
+		r.win.onAck(env, int(limit.Diff(r.ackPSN)))
 		r.ackPSN = limit
 		c.keepSeqNAK(r)
 		progress = true
@@ -361,11 +385,12 @@ func (c *Completer) ackUpTo(q *QP, env *Env, psn wire.PSN, fx *Effects) bool {
 		r.setState(RequesterSending)
 	}
 	if progress {
+		r.catchUp(q)
 		c.progress(q)
 		fx.Run = true
 		switch {
 		case r.state != RequesterSending:
-		case r.ackPSN == r.psn:
+		case r.ackPSN == r.maxPSN:
 			r.deadline = time.Time{}
 		default:
 			r.armTransportTimer(q, env.Now)

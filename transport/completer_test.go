@@ -448,7 +448,7 @@ func TestCompleterReadImpliedNAK(t *testing.T) {
 	})
 
 	t.Run("reorder tolerance exceeded", func(t *testing.T) {
-		h := newRC(t)
+		h := newRC(t).fullWindow()
 		const long = 40 * testMTU
 		h.sendAll(readWR(1, 0, long))
 		for i := 1; i < readReorderTolerance; i++ {

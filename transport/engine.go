@@ -30,6 +30,9 @@ type Config struct {
 	// BusyPoll: the application's polls drive the transport (Progress),
 	// and a lone request is sent from the goroutine that posts it.
 	BusyPoll bool
+	// CC configures congestion control (windows, DCQCN rates, the
+	// device window); the zero value takes the defaults.
+	CC CCConfig
 	// Trace, if set, is called for every packet sent and received (for
 	// the demo's packet ladder and pcap writing). It runs on engine
 	// goroutines and must not call back into the device.
@@ -84,6 +87,7 @@ type Engine struct {
 	cfg     Config
 	workers []*worker
 	c       Counters
+	cc      *Congestion
 	table   qpTable
 	pool    bufPool
 	// poller is the link when it can be read without waiting (busy
@@ -144,7 +148,7 @@ func NewEngine(cfg Config) *Engine {
 	if cfg.Buffers <= 0 {
 		cfg.Buffers = cfg.Workers*cfg.QueueLen + rxBatchLen
 	}
-	e := &Engine{cfg: cfg, done: make(chan struct{})}
+	e := &Engine{cfg: cfg, done: make(chan struct{}), cc: NewCongestion(cfg.CC)}
 	e.poller, _ = cfg.Link.(link.Poller)
 	e.readyFn = e.ready
 	e.pool.init(cfg.Buffers)
@@ -217,6 +221,10 @@ func (e *Engine) Close() error {
 
 // Stats returns a snapshot of the counters.
 func (e *Engine) Stats() Stats { return e.c.Snapshot() }
+
+// Congestion returns the device's congestion state (its configuration
+// and the packets in flight in the device window).
+func (e *Engine) Congestion() *Congestion { return e.cc }
 
 // receive reads packets from the link and dispatches them.
 func (e *Engine) receive() {

@@ -58,6 +58,9 @@ type Env struct {
 	Out   Emitter
 	Mem   Memory
 	Stats *Counters
+	// CC is the device's congestion state (its configuration and device
+	// window); nil takes the defaults with no device window.
+	CC *Congestion
 	// Budget is how many bytes of packets Run may still build for this
 	// QP in this call (requester packets and READ responses together):
 	// Run stops once it is spent and reports More. Unlimited for no

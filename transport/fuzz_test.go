@@ -85,6 +85,7 @@ type qpSnapshot struct {
 	req      Requester
 	comp     Completer
 	resp     Responder
+	rate     rateControl
 	wqes     []SendWQE
 	rq       int
 	scq, rcq int
@@ -93,7 +94,7 @@ type qpSnapshot struct {
 }
 
 func (h *qpt) snapshot() qpSnapshot {
-	s := qpSnapshot{state: h.q.state, req: h.q.req, comp: h.q.comp, resp: h.q.resp,
+	s := qpSnapshot{state: h.q.state, req: h.q.req, comp: h.q.comp, resp: h.q.resp, rate: h.q.rate,
 		rq: len(h.rq.q), scq: len(h.scq.wcs), rcq: len(h.rcq.wcs), emitted: len(h.out.pkts), lookups: h.mem.lookups}
 	s.resp.res = append([]resource(nil), h.q.resp.res...)
 	s.resp.recv.SGL = append([]verbs.SGE(nil), h.q.resp.recv.SGL...)

@@ -233,6 +233,9 @@ type qpt struct {
 	now   time.Time
 	// budget is the Budget of the next Run (Unlimited by default).
 	budget int
+	// cc is the device's congestion state (nil: the defaults, no device
+	// window).
+	cc *Congestion
 
 	src, dst, mem0 []byte // the regions lkeySrc, lkeyDst, rkeyMem
 }
@@ -287,7 +290,14 @@ func newQPTSized(t testing.TB, p Params, size int) *qpt {
 func newRC(t testing.TB) *qpt { return newQPT(t, defaultParams(verbs.QPTypeRC)) }
 
 func (h *qpt) env() *Env {
-	return &Env{Now: h.now, Out: h.out, Mem: h.mem, Stats: h.stats, Budget: h.budget}
+	return &Env{Now: h.now, Out: h.out, Mem: h.mem, Stats: h.stats, Budget: h.budget, CC: h.cc}
+}
+
+// fullWindow starts the QP's congestion window at the 128 PSNs IBTA
+// allows, for tests of the window itself.
+func (h *qpt) fullWindow() *qpt {
+	h.cc = NewCongestion(CCConfig{InitialWindow: maxUnackedPSNs, DeviceWindow: -1})
+	return h
 }
 
 // advance moves the fake time.

@@ -103,6 +103,7 @@ type QP struct {
 	req      Requester
 	comp     Completer
 	resp     Responder
+	rate     rateControl
 }
 
 // State returns the QP state the transport was last told of.
@@ -131,7 +132,8 @@ func (q *QP) SetState(next verbs.QPState, rqPSN, sqPSN uint32) {
 	case verbs.QPStateReset:
 		// The queues are emptied without completions (IBTA 10.3.1), the
 		// transport's own requests too.
-		q.req, q.comp, q.resp = Requester{}, Completer{}, Responder{}
+		q.req.win.release()
+		q.req, q.comp, q.resp, q.rate = Requester{}, Completer{}, Responder{}, rateControl{}
 		q.internal = 0
 	case verbs.QPStateInit:
 	case verbs.QPStateRTR:
@@ -182,6 +184,16 @@ func (q *QP) Receive(env *Env, p *wire.Packet) Effects {
 		return fx
 	}
 	op := p.BTH.OpCode()
+	if op == wire.CNP {
+		// RoCEv2 congestion notification: for any QP type, from the
+		// peer of a connected QP.
+		if q.P.Type != verbs.QPTypeUD && p.Net.Src != q.P.Path.Dst {
+			env.Stats.Drop(DropAddress)
+			return fx
+		}
+		q.receiveCNP(env)
+		return fx
+	}
 	if op.Transport() != transportOf(q.P.Type) {
 		// IBTA 9.6.1.2: the opcode's transport must be the QP's.
 		env.Stats.Drop(DropTransportMismatch)
@@ -197,6 +209,8 @@ func (q *QP) Receive(env *Env, p *wire.Packet) Effects {
 		env.Stats.Drop(DropAddress)
 		return fx
 	}
+	q.noteECN(env, p)
+	defer q.settle(env)
 	if !p.Info().Request {
 		if q.P.Type != verbs.QPTypeRC || q.comp.state == CompleterInactive {
 			env.Stats.Drop(DropStaleResponse)
@@ -224,7 +238,18 @@ func (q *QP) Run(env *Env) Effects {
 	q.resp.flushAck(q, env)
 	q.resp.runReadReply(q, env, &fx)
 	q.comp.checkHead(q, &fx)
+	q.settle(env)
 	return fx
+}
+
+// settle makes the device window count the packets the requester has in
+// flight now.
+func (q *QP) settle(env *Env) {
+	n := 0
+	if q.P.Type == verbs.QPTypeRC && q.req.state != RequesterInactive {
+		n = int(q.req.maxPSN.Diff(q.req.ackPSN))
+	}
+	q.req.win.settle(env, n)
 }
 
 // FlushAck sends the coalesced acknowledgement the QP owes, if any: what
@@ -236,8 +261,17 @@ func (q *QP) FlushAck(env *Env) { q.resp.flushAck(q, env) }
 // timer or an RNR wait.
 func (q *QP) Timer(env *Env) Effects {
 	var fx Effects
+	if d := q.rate.deadline(); !d.IsZero() && !env.Now.Before(d) {
+		q.rate.waitUntil = time.Time{}
+		fx.Run = true // the pacer lets the QP go on
+	}
+	if d := q.req.deviceWait; !d.IsZero() && !env.Now.Before(d) {
+		q.req.deviceWait = time.Time{}
+		fx.Run = true
+	}
 	q.req.timer(q, env, &fx)
 	q.flushAckOnFail(env, &fx)
+	q.settle(env)
 	return fx
 }
 
@@ -253,7 +287,15 @@ func (q *QP) flushAckOnFail(env *Env, fx *Effects) {
 
 // Deadline returns when Timer should be called next; zero when no timer
 // runs.
-func (q *QP) Deadline() time.Time { return q.req.deadline }
+func (q *QP) Deadline() time.Time {
+	d := q.req.deadline
+	for _, t := range [...]time.Time{q.rate.deadline(), q.req.deviceWait} {
+		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
+			d = t
+		}
+	}
+	return d
+}
 
 // CompleteHead completes the send WQE at the head of the send queue with
 // status (used for Effects.FailSend).

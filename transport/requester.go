@@ -16,6 +16,10 @@ const maxUnackedPSNs = 128
 // fills.
 const ackReqInterval = 64
 
+// deviceWaitPoll is how soon a requester the device window stopped looks
+// again.
+const deviceWaitPoll = 50 * time.Microsecond
+
 // RequesterState is what the requester is doing (IBTA 9.7.4, the
 // requester side of an RC, UC or UD QP).
 //
@@ -54,8 +58,11 @@ func (s RequesterState) String() string { return requesterStateNames[s] }
 type Requester struct {
 	state RequesterState
 	psn   wire.PSN // next PSN to send
-	next  int      // SQ position (from the head) of the WQE being sent
-	off   uint32   // bytes of that WQE already sent
+	// maxPSN is one past the highest PSN ever sent: a go-back rewinds
+	// psn, not maxPSN, and an acknowledgement may name any PSN before it.
+	maxPSN wire.PSN
+	next   int    // SQ position (from the head) of the WQE being sent
+	off    uint32 // bytes of that WQE already sent
 	// ackPSN is the oldest PSN not yet acknowledged.
 	ackPSN wire.PSN
 	// rdAtomic counts READ and ATOMIC requests started and not completed.
@@ -71,6 +78,10 @@ type Requester struct {
 	// drainNotify: in SQD, report SQDrained when the last started WQE
 	// completes.
 	drainNotify bool
+	// win is the congestion window (RC); deviceWait, when the device
+	// window stopped the requester, is when to look again.
+	win        window
+	deviceWait time.Time
 }
 
 // setState is the requester's one transition point.
@@ -82,14 +93,18 @@ func (r *Requester) setState(s RequesterState) {
 	}
 	if s == RequesterInactive {
 		r.next, r.off, r.rdAtomic, r.drainNotify = 0, 0, 0, false
+		r.win.release()
+		r.deviceWait = time.Time{}
 	}
 	r.state = s
 }
 
 // start prepares the requester on entry to RTS.
 func (r *Requester) start(q *QP, psn wire.PSN) {
-	r.psn, r.ackPSN = psn, psn
+	r.psn, r.ackPSN, r.maxPSN = psn, psn, psn
 	r.next, r.off, r.rdAtomic = 0, 0, 0
+	r.win.release()
+	r.win = window{}
 	r.resetRetries(q)
 	r.setState(RequesterSending)
 }
@@ -116,25 +131,65 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 	case RequesterInactive, RequesterRNRWait:
 		return
 	case RequesterGoBack:
-		r.goBack(q, env, r.resumePSN)
+		psn := r.resumePSN
+		if r.ackPSN.Diff(psn) > 0 {
+			psn = r.ackPSN // acknowledged since the timer asked
+		}
+		r.goBack(q, env, psn)
 		r.setState(RequesterSending)
 	case RequesterSending:
 	}
 	sqd := q.state == verbs.QPStateSQD
+	r.deviceWait = time.Time{}
+	built := 0 // new packets built in this call (not yet in the device window)
 	for r.next < q.SQ.Len() {
 		w := q.SQ.At(r.next)
 		if w.state == WQEFailed {
 			break // nothing after a failed WQE is sent
 		}
+		if w.state == WQEResponded {
+			// A READ or ATOMIC answered while earlier requests are sent
+			// again after a go-back: nothing of it is resent.
+			r.next++
+			r.off = 0
+			continue
+		}
+		if w.state == WQEStarted && r.off == 0 && !w.holdsPSN(r.psn) {
+			// Sent before and reached again after a go-back: it keeps
+			// its PSNs (a READ asks only for what is missing).
+			r.psn = w.resumePSN()
+		}
+		if w.state == WQEStarted && w.WR.Opcode == verbs.WRRDMARead && w.holdsPSN(r.psn) {
+			// A READ asked for in parts waits for the responses of
+			// the part it asked for before it asks for the next, from
+			// the first response missing.
+			if w.respNext.Diff(r.psn) < 0 {
+				break
+			}
+			r.psn = w.respNext
+		}
 		// A WQE starts (takes its PSNs) only when a packet of it can
 		// leave now: the window and the budget come first, so that
 		// nothing is left started but unsent (SQD would then send it).
-		if q.P.Type == verbs.QPTypeRC && r.psn.Diff(r.ackPSN) >= maxUnackedPSNs {
-			break
+		if q.P.Type == verbs.QPTypeRC {
+			if int(r.psn.Diff(r.ackPSN)) >= r.win.size(env) {
+				break
+			}
+			if r.psn == r.maxPSN && !r.win.deviceRoom(env, built) {
+				// The device has as many packets in flight as it
+				// allows: look again shortly (acknowledgements to any
+				// QP make room).
+				r.deviceWait = env.Now.Add(deviceWaitPoll)
+				env.Stats.DeviceWaits.Add(1)
+				break
+			}
 		}
 		if !env.budgetLeft() {
 			fx.More = true
 			break
+		}
+		if !q.rate.allow(env) {
+			break // Deadline says when the pacer lets it go on
 		}
 		if w.state == WQEPosted {
 			if !r.mayStart(q, w, sqd) {
@@ -147,11 +202,14 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 				continue // a UD message too long for the MTU: completed unsent
 			}
 		}
+		if r.psn == r.maxPSN {
+			built++
+		}
 		if !r.sendPacket(q, env, w) {
 			break
 		}
 	}
-	if q.P.Type == verbs.QPTypeRC && r.psn != r.ackPSN && r.deadline.IsZero() {
+	if q.P.Type == verbs.QPTypeRC && r.maxPSN != r.ackPSN && r.deadline.IsZero() {
 		r.armTransportTimer(q, env.Now)
 	}
 	r.checkDrained(q, fx)
@@ -210,7 +268,7 @@ func (r *Requester) startWQE(q *QP, env *Env, w *SendWQE) bool {
 		}
 	}
 	w.setState(WQEStarted)
-	w.firstPSN, w.lastPSN, w.respNext = r.psn, r.psn.Add(n-1), r.psn
+	w.firstPSN, w.lastPSN, w.respNext, w.reqTo = r.psn, r.psn.Add(n-1), r.psn, r.psn
 	w.seen, w.rerequested = [2]uint64{}, false
 	r.off = 0
 	if w.readAtomic() {
@@ -260,7 +318,7 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE) bool {
 	h.BTH.PSN = r.psn
 	h.BTH.DestQP = q.P.DestQPN
 	dst := &q.P.Path
-	var payload uint32
+	var payload, readPSNs uint32
 	pos := wire.PosOnly
 	switch {
 	case w.readAtomic():
@@ -269,8 +327,26 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE) bool {
 		if w.WR.Opcode == verbs.WRRDMARead {
 			// A READ sent again asks only for what is missing: r.psn is
 			// then the first missing response's PSN (IBTA 9.7.6.1.4).
+			// A READ longer than the window is asked for the same way,
+			// a window of responses at a time, so that the responses
+			// in flight follow the window as requests do: each part is
+			// a READ request of its own to the responder.
+			// A part's end, once asked for, never moves: whichever
+			// request for it the responder executed, what is asked
+			// again lies within it (rxe and softhca replay a READ only
+			// within the range they remember).
 			done := min(uint32(r.psn.Diff(w.firstPSN))*mtu, total)
-			h.RETH = wire.RETHFields{VirtualAddress: w.WR.RDMA.RemoteAddr + uint64(done), RKey: w.WR.RDMA.RKey, DMALength: total - done}
+			if r.psn.Diff(w.reqTo) < 0 {
+				readPSNs = uint32(w.reqTo.Diff(r.psn)) // a part asked for before
+			} else {
+				readPSNs = uint32(w.lastPSN.Diff(r.psn)) + 1
+				if room := r.win.size(env) - int(r.psn.Diff(r.ackPSN)); room > 0 {
+					readPSNs = min(readPSNs, uint32(room))
+				}
+				w.reqTo = r.psn.Add(readPSNs)
+			}
+			h.RETH = wire.RETHFields{VirtualAddress: w.WR.RDMA.RemoteAddr + uint64(done), RKey: w.WR.RDMA.RKey,
+				DMALength: min(total-done, readPSNs*mtu)}
 		} else {
 			a := &w.WR.Atomic
 			h.AtomicETH = wire.AtomicETHFields{VirtualAddress: a.RemoteAddr, RKey: a.RKey, SwapAddData: a.CompareAdd}
@@ -296,7 +372,10 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE) bool {
 		h.BTH.OpCode = opcodeFor(q.P.Type, w, pos)
 		if q.P.Type == verbs.QPTypeRC {
 			idx := uint32(r.psn.Diff(w.firstPSN))
-			h.BTH.AckReq = last || idx%ackReqInterval == ackReqInterval-1
+			// The packet that fills the window asks for an ACK: nothing
+			// more leaves until one comes.
+			fills := int(r.psn.Add(1).Diff(r.ackPSN)) >= r.win.size(env)
+			h.BTH.AckReq = last || fills || idx%ackReqInterval == ackReqInterval-1
 		}
 		h.BTH.SolicitedEvent = last && w.WR.SendFlags&verbs.SendSolicited != 0
 		if h.BTH.OpCode.Info().Headers&wire.HasRETH != 0 {
@@ -314,6 +393,9 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE) bool {
 			h.DETH = wire.DETHFields{QKey: qkey, SrcQP: q.P.QPN}
 		}
 	}
+	if r.psn.Diff(r.maxPSN) < 0 {
+		env.Stats.RetxPackets.Add(1)
+	}
 	buf := env.Out.Buffer()
 	hl := h.Encode(buf, int(payload))
 	if !gather(env.Mem, q.P.PD, w, r.off, buf[hl:hl+int(payload)]) {
@@ -324,11 +406,14 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE) bool {
 	wire.Seal(dst, buf[:size])
 	env.Out.Emit(size, dst)
 	env.spend(size)
+	q.rate.sent(env, size)
 
 	switch {
 	case w.WR.Opcode == verbs.WRRDMARead:
-		r.psn = w.lastPSN.Add(1)
-		r.next++
+		r.psn = r.psn.Add(readPSNs)
+		if r.psn.Diff(w.lastPSN) > 0 {
+			r.next++
+		}
 	case w.WR.Opcode.IsAtomic():
 		r.psn = r.psn.Add(1)
 		r.next++
@@ -343,6 +428,9 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE) bool {
 				q.completeHead(verbs.WCSuccess)
 			}
 		}
+	}
+	if r.psn.Diff(r.maxPSN) > 0 {
+		r.maxPSN = r.psn
 	}
 	return true
 }
@@ -480,10 +568,11 @@ func (r *Requester) timer(q *QP, env *Env, fx *Effects) {
 	// A READ or ATOMIC whose response arrived completes here if nothing
 	// else completed it.
 	q.comp.ackUpTo(q, env, r.ackPSN.Sub(1), fx)
-	if fx.Fail != FailNone || r.psn == r.ackPSN || q.SQ.Len() == 0 {
+	if fx.Fail != FailNone || r.maxPSN == r.ackPSN || q.SQ.Len() == 0 {
 		return
 	}
 	env.Stats.RetryTimeouts.Add(1)
+	r.win.congestion(env, r.ackPSN, r.maxPSN, true)
 	if !spendRetry(&r.retries, verbs.WCRetryExcErr, fx) {
 		return
 	}
@@ -497,18 +586,18 @@ func (r *Requester) timer(q *QP, env *Env, fx *Effects) {
 
 // goBack rewinds the requester to resend from psn (go-back-N, IBTA
 // 9.7.6.1): the WQE holding psn restarts there and every later WQE is
-// sent again. A READ asks again only for the responses still missing (a
-// new request whose PSN, address and length start at the first missing
-// response); an ATOMIC is sent again whole (the responder replays its
-// result). An unfinished READ or ATOMIC before psn is where the requester
-// goes back to; finished ones awaiting earlier acknowledgements are
-// skipped. A failed WQE stays failed.
+// sent again, with the PSNs it had. A READ asks again only for the
+// responses still missing (a new request whose PSN, address and length
+// start at the first missing response); an ATOMIC is sent again whole
+// (the responder replays its result); a READ or ATOMIC already answered
+// is not sent again. An unfinished READ or ATOMIC before psn is where the
+// requester goes back to; finished ones awaiting earlier
+// acknowledgements are skipped. A failed WQE stays failed.
 func (r *Requester) goBack(q *QP, env *Env, psn wire.PSN) {
-	if psn == r.psn {
+	if psn == r.maxPSN {
 		return // nothing sent at or beyond psn
 	}
-	limit := min(r.next+1, q.SQ.Len())
-	for i := 0; i < limit; i++ {
+	for i := 0; i < q.SQ.Len(); i++ {
 		w := q.SQ.At(i)
 		if w.state == WQEPosted || w.state == WQEFailed {
 			break
@@ -524,21 +613,13 @@ func (r *Requester) goBack(q *QP, env *Env, psn wire.PSN) {
 			continue
 		}
 		env.Stats.Retransmits.Add(1)
-		for j := i + 1; j < limit; j++ {
-			wj := q.SQ.At(j)
-			if wj.state == WQEFailed {
-				break
-			}
-			if wj.state != WQEPosted && wj.readAtomic() {
-				r.rdAtomic--
-			}
-			wj.setState(WQEPosted)
-		}
 		switch {
 		case w.WR.Opcode == verbs.WRRDMARead:
 			psn = w.respNext
+			r.off = 0
 		case w.WR.Opcode.IsAtomic():
 			psn = w.firstPSN
+			r.off = 0
 		default:
 			if psn.Diff(w.firstPSN) < 0 {
 				psn = w.firstPSN
@@ -549,4 +630,33 @@ func (r *Requester) goBack(q *QP, env *Env, psn wire.PSN) {
 		r.psn = psn
 		return
 	}
+}
+
+// catchUp moves the requester past what an acknowledgement covered when
+// it was about to send it again (after a go-back, acknowledgements of
+// packets sent before it still arrive).
+func (r *Requester) catchUp(q *QP) {
+	if r.ackPSN.Diff(r.psn) <= 0 {
+		return
+	}
+	for i := r.next; i < q.SQ.Len(); i++ {
+		w := q.SQ.At(i)
+		if w.state == WQEPosted || w.state == WQEFailed {
+			r.next, r.off, r.psn = i, 0, r.ackPSN
+			return
+		}
+		if w.lastPSN.Diff(r.ackPSN) < 0 {
+			continue // wholly acknowledged; it completes in order
+		}
+		r.next, r.off = i, 0
+		switch {
+		case w.readAtomic():
+			r.psn = w.resumePSN()
+		default:
+			r.psn = r.ackPSN
+			r.off = uint32(r.ackPSN.Diff(w.firstPSN)) * q.P.MTU
+		}
+		return
+	}
+	r.next, r.off, r.psn = q.SQ.Len(), 0, r.ackPSN
 }

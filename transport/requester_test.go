@@ -179,7 +179,7 @@ func srcBytes(off uint32, n int) []byte {
 // before the 128-PSN window fills (rxe_req.c: RXE_MAX_PKT_PER_ACK), and
 // on the last packet.
 func TestRequesterAckReqEvery64th(t *testing.T) {
-	h := newRC(t)
+	h := newRC(t).fullWindow()
 	h.post(writeWR(1, 100*testMTU))
 	_, pkts := h.run()
 	require.Len(t, pkts, 100)
@@ -197,7 +197,7 @@ func TestRequesterAckReqEvery64th(t *testing.T) {
 // unacknowledged (rxe_req.c RXE_MAX_UNACKED_PSNS; IBTA leaves the
 // limit to the implementation); an ACK opens it again.
 func TestRequesterWindow(t *testing.T) {
-	h := newRC(t)
+	h := newRC(t).fullWindow()
 	h.post(sendWR(1, 0, 130*testMTU))
 	h.post(sendWR(2, 0, 4))
 	fx, pkts := h.run()
@@ -360,7 +360,7 @@ func TestRequesterSQD(t *testing.T) {
 // same holds when the window, not the budget, stopped the Run.
 func TestRequesterSQDAfterBudget(t *testing.T) {
 	t.Run("window", func(t *testing.T) {
-		h := newRC(t)
+		h := newRC(t).fullWindow()
 		h.post(sendWR(1, 0, maxUnackedPSNs*testMTU))
 		h.post(sendWR(2, 0, 10))
 		_, pkts := h.run()
@@ -582,4 +582,31 @@ func TestRequesterSQDrainedOnlyInSQD(t *testing.T) {
 	h.q.SetState(verbs.QPStateRTS, 0, 0)
 	fx, _ := h.receive(ack(testSQPSN, 1), nil)
 	require.False(t, fx.SQDrained, "SQ Drained raised in RTS")
+}
+
+// TestRequesterAckAfterGoBack: an acknowledgement of packets sent before
+// a go-back counts, even when it arrives while the requester has resent
+// only part of them: the requester takes ACKs for any PSN it ever sent
+// (IBTA 9.7.5.1.1: an ACK acknowledges every request up to its PSN) and
+// moves past what it covers instead of resending it. Before, an ACK
+// beyond the rewound PSN was dropped as stale, and with a small window
+// the requester could resend the same packets forever.
+func TestRequesterAckAfterGoBack(t *testing.T) {
+	h := newRC(t)
+	h.sendAll(sendWR(1, 0, 4*testMTU), sendWR(2, 0, 10))
+	h.advance(1 << 30)
+	fx, _ := h.timer()
+	require.True(t, fx.Run, "the transport timer goes back")
+	h.budget = 1 // the go-back resends one packet, then the budget is spent
+	_, pkts := h.run()
+	require.Equal(t, []uint32{testSQPSN}, psns(pkts))
+	h.budget = Unlimited
+
+	// The ACK of the first message's last packet, sent before the
+	// timeout, arrives now.
+	_, _ = h.receive(ack(testSQPSN+3, 1), nil)
+	require.Equal(t, []string{"1:success"}, wcs(h.scq.take()))
+	require.Empty(t, h.drops(), "nothing dropped as stale")
+	_, pkts = h.run()
+	require.Equal(t, []uint32{testSQPSN + 4}, psns(pkts), "only the second message is sent again")
 }

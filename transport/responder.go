@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"time"
+
 	"sync/atomic"
 	"unsafe"
 
@@ -71,6 +73,11 @@ type resource struct {
 	length   uint32
 	orig     uint64 // ATOMIC: the value returned, replayed for duplicates
 	msn      uint32
+	// sentTo is one past the highest READ response PSN sent: a response
+	// before it sent again is a retransmission. runFrom and runAt are
+	// where and when the responses last (re)started.
+	sentTo, runFrom wire.PSN
+	runAt           time.Time
 }
 
 // Responder executes incoming requests: it checks their sequence,
@@ -153,7 +160,7 @@ func (r *Responder) receiveRC(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 		// Requests wait for the READ being answered, except a duplicate
 		// of that READ, which restarts its responses where it asks
 		// (rxe's duplicate_request).
-		if info.Kind == wire.KindReadRequest && psn.Diff(r.epsn) < 0 && r.restartReply(p) {
+		if info.Kind == wire.KindReadRequest && psn.Diff(r.epsn) < 0 && r.restartReply(q, env, p) {
 			env.Stats.Drop(DropDuplicate)
 			env.Stats.DupAnswered.Add(1)
 			fx.Run = true
@@ -454,7 +461,7 @@ func (r *Responder) readRequest(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 	r.msn = (r.msn + 1) & 0xffffff
 	i := r.resNext
 	r.resNext = (r.resNext + 1) % len(r.res)
-	r.res[i] = resource{valid: true, firstPSN: psn, lastPSN: psn.Add(npkts - 1), va: va, rkey: rkey, length: n, msn: r.msn}
+	r.res[i] = resource{valid: true, firstPSN: psn, lastPSN: psn.Add(npkts - 1), va: va, rkey: rkey, length: n, msn: r.msn, sentTo: psn, runFrom: psn, runAt: env.Now}
 	r.epsn = psn.Add(npkts)
 	r.flushAck(q, env) // acknowledgements of earlier requests go first
 	r.setReply(ReplyStreaming, i, psn)
@@ -465,14 +472,39 @@ func (r *Responder) readRequest(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 // responses start again at the duplicate's PSN, provided it asks for the
 // same region (rxe's duplicate_request checks the R_Key and the range).
 // It reports false when the duplicate is for another request.
-func (r *Responder) restartReply(p *wire.Packet) bool {
+func (r *Responder) restartReply(q *QP, env *Env, p *wire.Packet) bool {
 	res := &r.res[r.replyRes]
 	psn := p.BTH.PSN()
 	if !res.valid || res.atomic || !resHolds(res, psn) || !r.sameRead(res, p) {
 		return false
 	}
 	r.setReply(ReplyStreaming, r.replyRes, psn)
+	r.readLost(q, env, res, psn)
 	return true
+}
+
+// readLost answers a duplicate READ that asks again for responses already
+// sent: they were lost on the way, a congestion signal for the responder
+// (the requester sends no acknowledgement of READ responses), which cuts
+// its rate.
+func (r *Responder) readLost(q *QP, env *Env, res *resource, psn wire.PSN) {
+	if psn.Diff(res.sentTo) >= 0 {
+		return
+	}
+	if psn.Diff(res.runFrom) <= 0 {
+		// Nothing got through since the last restart (the requester's
+		// timer asks again): the cut that restart made stands.
+		res.runFrom, res.runAt = psn, env.Now
+		return
+	}
+	// What the requester received in order since the last restart, over
+	// the time it took: the rate the path delivered.
+	delivered := 0.0
+	if d := env.Now.Sub(res.runAt); d > 0 {
+		delivered = float64(uint32(psn.Diff(res.runFrom))*q.P.MTU) / d.Seconds()
+	}
+	q.rate.lossCut(env, delivered)
+	res.runFrom, res.runAt = psn, env.Now
 }
 
 // sameRead reports whether a duplicate READ request asks for the part of
@@ -501,6 +533,9 @@ func (r *Responder) runReadReply(q *QP, env *Env, fx *Effects) {
 		if !env.budgetLeft() {
 			fx.More = true
 			return
+		}
+		if !q.rate.allow(env) {
+			return // Deadline says when the pacer lets it go on
 		}
 		i := uint32(r.replyPSN.Diff(res.firstPSN))
 		off := i * mtu
@@ -535,6 +570,12 @@ func (r *Responder) runReadReply(q *QP, env *Env, fx *Effects) {
 		wire.Seal(&q.P.Path, buf[:size])
 		env.Out.Emit(size, &q.P.Path)
 		env.spend(size)
+		q.rate.sent(env, size)
+		if r.replyPSN.Diff(res.sentTo) < 0 {
+			env.Stats.RetxPackets.Add(1)
+		} else {
+			res.sentTo = r.replyPSN.Add(1)
+		}
 		if i+1 >= npkts {
 			r.setReply(ReplyIdle, 0, 0)
 			return
@@ -615,6 +656,7 @@ func (r *Responder) duplicate(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 			if p.Info().Kind == wire.KindReadRequest && r.sameRead(res, p) {
 				r.flushAck(q, env)
 				r.setReply(ReplyStreaming, i, psn)
+				r.readLost(q, env, res, psn)
 				fx.Run = true
 			}
 			return

@@ -91,6 +91,19 @@ type Counters struct {
 	SeqNAKsRecv   atomic.Uint64
 	AcksSent      atomic.Uint64 // ACKs and NAKs sent
 	DupAnswered   atomic.Uint64 // duplicate requests answered (ACK, READ or ATOMIC replayed)
+
+	// Congestion control (cc.go): every decision is counted.
+	RetxPackets     atomic.Uint64 // packets sent again: requests after a go-back, READ responses asked for again
+	WindowIncreases atomic.Uint64 // ACKs that grew an RC window
+	WindowCuts      atomic.Uint64 // RC window halvings (sequence NAK, duplicate ACKs, timeout)
+	RateCuts        atomic.Uint64 // DCQCN rate cuts (CNP, lost READ responses)
+	RateIncreases   atomic.Uint64 // DCQCN rate increase periods applied
+	RateUnpaced     atomic.Uint64 // QPs whose rate recovered fully: pacing ended
+	PacerWaits      atomic.Uint64 // times a QP's rate stopped it until later
+	DeviceWaits     atomic.Uint64 // times the device window stopped a QP
+	CEReceived      atomic.Uint64 // packets received marked CE (ECN)
+	CNPsSent        atomic.Uint64
+	CNPsReceived    atomic.Uint64
 }
 
 // Drop counts a dropped packet.
@@ -106,6 +119,11 @@ type Stats struct {
 	// Transport events.
 	Retransmits, RetryTimeouts, RNRNAKsSent, RNRNAKsReceived   uint64
 	SeqNAKsSent, SeqNAKsReceived, AcksSent, DuplicatesAnswered uint64
+	// Congestion control.
+	RetransmittedPackets, WindowIncreases, WindowCuts uint64
+	RateCuts, RateIncreases, RateUnpaced              uint64
+	PacerWaits, DeviceWaits                           uint64
+	CEReceived, CNPsSent, CNPsReceived                uint64
 }
 
 // Snapshot returns the counters' current values.
@@ -122,6 +140,10 @@ func (c *Counters) Snapshot() Stats {
 	s.RNRNAKsSent, s.RNRNAKsReceived = c.RNRNAKsSent.Load(), c.RNRNAKsRecv.Load()
 	s.SeqNAKsSent, s.SeqNAKsReceived = c.SeqNAKsSent.Load(), c.SeqNAKsRecv.Load()
 	s.AcksSent, s.DuplicatesAnswered = c.AcksSent.Load(), c.DupAnswered.Load()
+	s.RetransmittedPackets, s.WindowIncreases, s.WindowCuts = c.RetxPackets.Load(), c.WindowIncreases.Load(), c.WindowCuts.Load()
+	s.RateCuts, s.RateIncreases, s.RateUnpaced = c.RateCuts.Load(), c.RateIncreases.Load(), c.RateUnpaced.Load()
+	s.PacerWaits, s.DeviceWaits = c.PacerWaits.Load(), c.DeviceWaits.Load()
+	s.CEReceived, s.CNPsSent, s.CNPsReceived = c.CEReceived.Load(), c.CNPsSent.Load(), c.CNPsReceived.Load()
 	return s
 }
 

@@ -157,7 +157,7 @@ type worker struct {
 func newWorker(e *Engine, queueLen int) *worker {
 	w := &worker{e: e, notify: make(chan struct{}, 1), rxq: make([]pktEvent, queueLen),
 		batch: make([]pktEvent, 0, queueLen), freed: make([]*rxBuf, 0, rxBatchLen)}
-	w.turn = Turn{w: w, env: Env{Out: w, Mem: e.cfg.Mem, Stats: &e.c}}
+	w.turn = Turn{w: w, env: Env{Out: w, Mem: e.cfg.Mem, Stats: &e.c, CC: e.cc}}
 	w.txBufs = make([][]byte, txBatch)
 	for i := range w.txBufs {
 		w.txBufs[i] = make([]byte, link.MaxPacketSize)

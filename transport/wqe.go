@@ -39,6 +39,9 @@ type SendWQE struct {
 	// received beyond it (bit k: respNext+k).
 	respNext wire.PSN
 	seen     [2]uint64
+	// reqTo: READ, one past the last response PSN asked for so far (a
+	// READ longer than the window is asked for in parts).
+	reqTo wire.PSN
 	// rerequested: a READ or ATOMIC was asked for again after a missing
 	// response, and no response has arrived since.
 	rerequested bool
@@ -49,8 +52,7 @@ type WQEState uint8
 
 // Send WQE states.
 const (
-	// WQEPosted: not started by the requester (or started and then
-	// rewound by a go-back that restarts before it).
+	// WQEPosted: not started by the requester.
 	WQEPosted WQEState = iota
 	// WQEStarted: PSNs assigned; packets are being sent, or are sent and
 	// await their acknowledgement or responses.
@@ -72,8 +74,10 @@ func (s WQEState) String() string { return wqeStateNames[s] }
 // setState is the WQE's one transition point:
 //
 //	Posted --start--> Started --responses--> Responded (READ, ATOMIC)
-//	   ^                 |
-//	   +----go-back------+          Posted, Started --local error--> Failed
+//
+//	Posted, Started --local error--> Failed
+//
+// A go-back sends started WQEs again with the PSNs they were given.
 func (w *SendWQE) setState(s WQEState) { w.state = s }
 
 // readAtomic reports whether the request expects responses (READ,
@@ -85,6 +89,15 @@ func (w *SendWQE) readAtomic() bool {
 // holdsPSN reports whether psn is one of the started WQE's PSNs.
 func (w *SendWQE) holdsPSN(psn wire.PSN) bool {
 	return psn.Diff(w.firstPSN) >= 0 && psn.Diff(w.lastPSN) <= 0
+}
+
+// resumePSN is where sending a started WQE again begins: its first PSN,
+// or for a READ its first missing response.
+func (w *SendWQE) resumePSN() wire.PSN {
+	if w.WR.Opcode == verbs.WRRDMARead {
+		return w.respNext
+	}
+	return w.firstPSN
 }
 
 // State returns the WQE's state.

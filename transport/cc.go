@@ -1,0 +1,458 @@
+package transport
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/softhca/softhca/wire"
+)
+
+// Congestion control. A RoCE NIC runs DCQCN (a rate per QP, cut when
+// CNPs come back from ECN-marked packets) on a lossless fabric; softhca
+// runs on ordinary lossy networks too, so it adds what TCP does, and
+// every QP of a device sends under three bounds:
+//
+//   - the window (RC requester): packets sent and not acknowledged. It
+//     starts at CCConfig.InitialWindow, grows by the packets each ACK
+//     covers up to ssthresh and by one packet per window after
+//     (congestion avoidance), and halves (never below MinWindow) on a
+//     sequence-error NAK, three duplicate ACKs or a transport timeout,
+//     once per window of packets. It never exceeds the 128 PSNs IBTA
+//     and rxe allow.
+//   - the rate (every QP: requests, READ responses, UC): DCQCN's reaction
+//     point. A QP sends unpaced until its first congestion signal (a
+//     CNP, or as a READ responder the duplicate READ that asks for
+//     responses it lost); the rate then starts at what the QP was
+//     sending at (or CCConfig.LineRate), is cut by DCQCN's
+//     rate*(1-alpha/2), and recovers every RateIncreasePeriod (fast
+//     recovery towards the rate before the cut, then additive and hyper
+//     increase of that target); once back at the rate it started from,
+//     the QP is unpaced again. Packets leave a token bucket of RateBurst
+//     bytes, so GSO super-packets stay but follow the rate.
+//   - the device window: packets of every RC QP of the device sent and
+//     not acknowledged (CCConfig.DeviceWindow), so that all QPs' windows
+//     together stay below the queue a path can hold.
+//
+// A QP that receives a packet marked CE (ECN 0b11) answers with a CNP
+// (BTH opcode 0x81, RoCEv2 annex A17.9) to its peer QP, at most one per
+// CNPInterval, as a DCQCN notification point does.
+
+// CCConfig configures a device's congestion control. The zero value
+// takes every default; a negative window or rate turns that bound off.
+type CCConfig struct {
+	// InitialWindow and MinWindow are the RC window's start and floor,
+	// in packets: defaults 16 and 8 (at most 128, the PSN window).
+	InitialWindow, MinWindow int
+	// DeviceWindow bounds the RC packets in flight across all the
+	// device's QPs: default 512 (half of a default 1000-packet
+	// interface queue); negative: no bound.
+	DeviceWindow int
+	// LineRate, in bits per second, is the rate a QP's pacing starts
+	// and recovers to after its first congestion signal. 0: the rate the
+	// QP was sending at when the signal came (a user-space device does
+	// not know its line rate).
+	LineRate float64
+	// MinRate, in bits per second, is the floor of the rate: default 10
+	// Mbit/s.
+	MinRate float64
+	// RateBurst is the token bucket of a paced QP, in bytes: default
+	// 65536 (one GSO super-packet).
+	RateBurst int
+	// RateIncreasePeriod is DCQCN's timer: every period without a CNP,
+	// alpha decays and the rate recovers a step. Default 55 us.
+	RateIncreasePeriod time.Duration
+	// AdditiveIncrease and HyperIncrease, in bits per second, raise the
+	// target rate per period after FastRecoverySteps periods without a
+	// cut (and after twice as many, hyper). Defaults 40 Mbit/s and 400
+	// Mbit/s.
+	AdditiveIncrease, HyperIncrease float64
+	// FastRecoverySteps is DCQCN's F: default 5.
+	FastRecoverySteps int
+	// AlphaGain is DCQCN's g: default 1/256.
+	AlphaGain float64
+	// CNPInterval is the least time between two CNPs a QP sends:
+	// default 50 us.
+	CNPInterval time.Duration
+}
+
+// withDefaults returns c with every unset field given its default.
+func (c CCConfig) withDefaults() CCConfig {
+	setInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	setInt(&c.InitialWindow, 16)
+	setInt(&c.MinWindow, 8)
+	setInt(&c.DeviceWindow, 512)
+	setInt(&c.RateBurst, 65536)
+	setInt(&c.FastRecoverySteps, 5)
+	c.InitialWindow = min(max(c.InitialWindow, 1), maxUnackedPSNs)
+	c.MinWindow = min(max(c.MinWindow, 1), c.InitialWindow)
+	if c.MinRate == 0 {
+		c.MinRate = 10e6
+	}
+	if c.RateIncreasePeriod == 0 {
+		c.RateIncreasePeriod = 55 * time.Microsecond
+	}
+	if c.AdditiveIncrease == 0 {
+		c.AdditiveIncrease = 40e6
+	}
+	if c.HyperIncrease == 0 {
+		c.HyperIncrease = 400e6
+	}
+	if c.AlphaGain == 0 {
+		c.AlphaGain = 1.0 / 256
+	}
+	if c.CNPInterval == 0 {
+		c.CNPInterval = 50 * time.Microsecond
+	}
+	return c
+}
+
+// Congestion is a device's shared congestion state: its configuration
+// and the device window. Every QP's protocol calls reach it through Env.
+type Congestion struct {
+	cfg CCConfig
+	// inflight is the sum of the QPs' packets in flight (window.held).
+	inflight atomic.Int64
+}
+
+// NewCongestion returns the congestion state of a device.
+func NewCongestion(cfg CCConfig) *Congestion { return &Congestion{cfg: cfg.withDefaults()} }
+
+// Config returns the configuration with its defaults.
+func (c *Congestion) Config() CCConfig { return c.cfg }
+
+// InFlight returns the RC packets in flight across the device.
+func (c *Congestion) InFlight() int { return int(c.inflight.Load()) }
+
+// defaultCongestion serves protocol calls whose Env has none (unit
+// tests): defaults, no device window.
+var defaultCongestion = NewCongestion(CCConfig{DeviceWindow: -1})
+
+func (e *Env) cc() *Congestion {
+	if e.CC == nil {
+		return defaultCongestion
+	}
+	return e.CC
+}
+
+// window is the RC requester's congestion window.
+type window struct {
+	cwnd, ssthresh int // packets; cwnd 0 until first used
+	acc            int // congestion avoidance: packets acknowledged towards the next increase
+	// recover: a congestion signal for a PSN before it belongs to the
+	// episode already answered by a cut.
+	recover wire.PSN
+	cut     bool
+	dupAcks int
+	// held is what this QP counts in the device window; dev is that
+	// device (nil until the first count).
+	held int
+	dev  *Congestion
+}
+
+// size returns the window in packets.
+func (w *window) size(env *Env) int {
+	if w.cwnd == 0 {
+		c := &env.cc().cfg
+		w.cwnd, w.ssthresh = c.InitialWindow, maxUnackedPSNs
+	}
+	return w.cwnd
+}
+
+// onAck grows the window by n newly acknowledged packets.
+func (w *window) onAck(env *Env, n int) {
+	if n <= 0 || w.cwnd == 0 {
+		return
+	}
+	w.dupAcks = 0
+	before := w.cwnd
+	if w.cwnd < w.ssthresh {
+		w.cwnd += n // slow start
+	} else {
+		w.acc += n
+		for w.acc >= w.cwnd {
+			w.acc -= w.cwnd
+			w.cwnd++
+		}
+	}
+	w.cwnd = min(w.cwnd, maxUnackedPSNs)
+	if w.cwnd > before {
+		env.Stats.WindowIncreases.Add(1)
+	}
+}
+
+// congestion halves the window for a loss signal about psn, once per
+// window of packets: a signal for a PSN sent before the last cut
+// belongs to the episode that cut answered. A timeout always cuts.
+func (w *window) congestion(env *Env, psn, maxPSN wire.PSN, timeout bool) {
+	if w.cwnd == 0 {
+		w.size(env)
+	}
+	if !timeout && w.cut && psn.Diff(w.recover) < 0 {
+		return
+	}
+	c := &env.cc().cfg
+	w.ssthresh = max(w.cwnd/2, c.MinWindow)
+	w.cwnd, w.acc = w.ssthresh, 0
+	w.recover, w.cut = maxPSN, true
+	env.Stats.WindowCuts.Add(1)
+}
+
+// duplicateAck counts a repeated acknowledgement: the third in a row is
+// a congestion signal (the peer received packets twice: a go-back
+// resent more than was lost).
+func (w *window) duplicateAck(env *Env, psn, maxPSN wire.PSN) {
+	w.dupAcks++
+	if w.dupAcks == 3 {
+		w.congestion(env, psn, maxPSN, false)
+	}
+}
+
+// settle makes the device window count what the QP has in flight now.
+func (w *window) settle(env *Env, inflight int) {
+	if w.dev == nil {
+		if env.CC == nil {
+			return
+		}
+		w.dev = env.CC
+	}
+	if d := inflight - w.held; d != 0 {
+		w.dev.inflight.Add(int64(d))
+		w.held = inflight
+	}
+}
+
+// release gives back what the QP counts in the device window (the QP
+// stopped sending: SQE, ERR, RESET).
+func (w *window) release() {
+	if w.dev != nil && w.held != 0 {
+		w.dev.inflight.Add(int64(-w.held))
+	}
+	w.held = 0
+}
+
+// deviceRoom reports whether the device window has room for another
+// packet of this QP, which already built sentNow packets not yet
+// counted.
+func (w *window) deviceRoom(env *Env, sentNow int) bool {
+	c := env.CC
+	if c == nil || c.cfg.DeviceWindow < 0 {
+		return true
+	}
+	return c.inflight.Load()+int64(sentNow) < int64(c.cfg.DeviceWindow)
+}
+
+// rateControl is a QP's DCQCN reaction point and pacer, and its
+// notification point (the CNPs it sends).
+type rateControl struct {
+	paced bool
+	// rate is the current rate (DCQCN's Rc), target the rate before the
+	// last cut (Rt), ceiling the rate pacing started from; bytes/s.
+	rate, target, ceiling float64
+	alpha                 float64
+	steps                 int       // increase periods since the last cut
+	updated               time.Time // the last period's end
+	// The token bucket: tokens bytes at tokensAt.
+	tokens   float64
+	tokensAt time.Time
+	// waitUntil: the QP stopped for the pacer until then (Deadline).
+	waitUntil time.Time
+	// The rate the QP has been sending at, measured over at least
+	// measurePeriod.
+	measured   float64
+	measBytes  float64
+	measureAt  time.Time
+	lastCNP    time.Time
+	cnpEverSet bool
+}
+
+const measurePeriod = 200 * time.Microsecond
+
+// sent records size bytes built. The measured rate is the highest
+// rate over a measurePeriod seen lately (it decays by a tenth a
+// period), so that pauses between bursts do not hide how fast the QP
+// sends.
+func (rc *rateControl) sent(env *Env, size int) {
+	if rc.paced {
+		rc.tokens -= float64(size)
+	}
+	rc.measBytes += float64(size)
+	if rc.measureAt.IsZero() {
+		rc.measureAt = env.Now
+		return
+	}
+	if d := env.Now.Sub(rc.measureAt); d >= measurePeriod {
+		rc.measured = max(rc.measBytes/d.Seconds(), rc.measured*0.9)
+		rc.measBytes, rc.measureAt = 0, env.Now
+	}
+}
+
+// allow reports whether the pacer lets the QP build another packet now;
+// if not, waitUntil says when it will.
+func (rc *rateControl) allow(env *Env) bool {
+	if !rc.paced {
+		return true
+	}
+	rc.recoverTo(env)
+	if !rc.paced {
+		return true
+	}
+	c := &env.cc().cfg
+	if el := env.Now.Sub(rc.tokensAt); el > 0 {
+		rc.tokens = min(float64(c.RateBurst), rc.tokens+el.Seconds()*rc.rate)
+		rc.tokensAt = env.Now
+	}
+	if rc.tokens > 0 {
+		rc.waitUntil = time.Time{}
+		return true
+	}
+	wait := time.Duration(-rc.tokens/rc.rate*1e9) + time.Microsecond
+	rc.waitUntil = env.Now.Add(wait)
+	env.Stats.PacerWaits.Add(1)
+	return false
+}
+
+// deadline is when a QP the pacer stopped may send again; zero if none.
+func (rc *rateControl) deadline() time.Time {
+	if !rc.paced {
+		return time.Time{}
+	}
+	return rc.waitUntil
+}
+
+// startPacing starts pacing a QP that was not paced, at the rate it
+// starts from: CCConfig.LineRate, or the rate it was sending at.
+func (rc *rateControl) startPacing(env *Env) {
+	c := &env.cc().cfg
+	start := c.LineRate / 8
+	if start <= 0 {
+		start = rc.measured
+		if d := env.Now.Sub(rc.measureAt); rc.measBytes > 0 && d > 0 {
+			start = max(start, rc.measBytes/d.Seconds())
+		}
+	}
+	if start <= 0 {
+		start = 1e9 / 8
+	}
+	start = max(start, c.MinRate/8)
+	rc.paced, rc.ceiling, rc.rate, rc.target, rc.alpha = true, start, start, start, 1
+	rc.tokens, rc.tokensAt = float64(c.RateBurst), env.Now
+	rc.steps, rc.updated = 0, env.Now
+}
+
+// congestion cuts the rate for a CNP, as DCQCN's reaction point:
+// Rt = Rc, Rc = Rc(1 - alpha/2), alpha = (1-g)alpha + g.
+func (rc *rateControl) congestion(env *Env) {
+	c := &env.cc().cfg
+	if rc.paced {
+		rc.recoverTo(env)
+	}
+	if !rc.paced {
+		rc.startPacing(env)
+	}
+	rc.target = rc.rate
+	rc.rate = max(c.MinRate/8, rc.rate*(1-rc.alpha/2))
+	rc.alpha = (1-c.AlphaGain)*rc.alpha + c.AlphaGain
+	rc.steps, rc.updated = 0, env.Now
+	env.Stats.RateCuts.Add(1)
+}
+
+// lossCut cuts the rate for lost packets (a READ responder asked again
+// for responses it sent): to the rate the path delivered (when known)
+// and at most half the current one. Loss is a late and costly signal, so
+// the rate then grows additively from there (no fast recovery to the rate
+// that overflowed the path).
+func (rc *rateControl) lossCut(env *Env, delivered float64) {
+	c := &env.cc().cfg
+	if rc.paced {
+		rc.recoverTo(env)
+	}
+	if !rc.paced {
+		rc.startPacing(env)
+	}
+	next := rc.rate / 2
+	if delivered > 0 {
+		next = min(next, delivered)
+	}
+	rc.rate = max(c.MinRate/8, next)
+	rc.target = rc.rate
+	rc.steps, rc.updated = c.FastRecoverySteps, env.Now
+	env.Stats.RateCuts.Add(1)
+}
+
+// recoverTo applies the increase periods that passed since the last one
+// (DCQCN's rate increase timer, evaluated when the QP next sends): alpha
+// decays; the rate moves halfway to the target, which itself rises after
+// FastRecoverySteps periods (additive, then hyper increase). Back at the
+// ceiling, the QP is unpaced again.
+func (rc *rateControl) recoverTo(env *Env) {
+	c := &env.cc().cfg
+	n := int(env.Now.Sub(rc.updated) / c.RateIncreasePeriod)
+	if n <= 0 {
+		return
+	}
+	rc.updated = rc.updated.Add(time.Duration(n) * c.RateIncreasePeriod)
+	n = min(n, 64) // beyond that the rate has long converged
+	for range n {
+		rc.alpha *= 1 - c.AlphaGain
+		rc.steps++
+		switch f := c.FastRecoverySteps; {
+		case rc.steps > 2*f:
+			rc.target += float64(rc.steps-2*f) * c.HyperIncrease / 8
+		case rc.steps > f:
+			rc.target += c.AdditiveIncrease / 8
+		}
+		rc.target = min(rc.target, rc.ceiling)
+		rc.rate = min((rc.rate+rc.target)/2, rc.ceiling)
+	}
+	env.Stats.RateIncreases.Add(uint64(n))
+	if rc.rate >= rc.ceiling*0.99 && c.LineRate <= 0 {
+		rc.paced, rc.waitUntil = false, time.Time{}
+		env.Stats.RateUnpaced.Add(1)
+	}
+}
+
+// Rate returns the QP's pacing rate in bits per second, 0 when it is
+// not paced (for inspection and tests).
+func (q *QP) Rate() float64 {
+	if !q.rate.paced {
+		return 0
+	}
+	return q.rate.rate * 8
+}
+
+// Window returns the RC requester's congestion window in packets.
+func (q *QP) Window() int { return q.req.win.cwnd }
+
+// noteECN answers a CE-marked packet with a CNP to the peer QP (RoCEv2
+// annex A17.9.2: BTH opcode CNP, BECN set, the destination QP the
+// originator of the marked flow, 16 reserved bytes), at most one per
+// CNPInterval.
+func (q *QP) noteECN(env *Env, p *wire.Packet) {
+	if p.Net.TrafficClass&3 != 3 {
+		return
+	}
+	env.Stats.CEReceived.Add(1)
+	rc := &q.rate
+	if rc.cnpEverSet && env.Now.Sub(rc.lastCNP) < env.cc().cfg.CNPInterval {
+		return
+	}
+	rc.lastCNP, rc.cnpEverSet = env.Now, true
+	var h wire.Headers
+	h.BTH = wire.BTHFields{OpCode: wire.CNP, PKey: 0xffff, BECN: true, DestQP: q.P.DestQPN}
+	buf := env.Out.Buffer()
+	h.Encode(buf, 0)
+	size := h.PacketLen(0)
+	wire.Seal(&q.P.Path, buf[:size])
+	env.Out.Emit(size, &q.P.Path)
+	env.Stats.CNPsSent.Add(1)
+}
+
+// receiveCNP handles a CNP: the QP's rate is cut (DCQCN).
+func (q *QP) receiveCNP(env *Env) {
+	env.Stats.CNPsReceived.Add(1)
+	q.rate.congestion(env)
+}

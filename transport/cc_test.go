@@ -1,0 +1,348 @@
+package transport
+
+import (
+	"testing"
+	"time"
+
+	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// Congestion control (cc.go), driven with the test's clock: the window,
+// the device window, the DCQCN rate and the CNPs.
+
+// ackAll acknowledges everything the requester sent.
+func (h *qpt) ackAll(msn uint32) {
+	h.t.Helper()
+	fx, _ := h.receive(ack(uint32(h.q.req.maxPSN.Sub(1)), msn), nil)
+	require.Equal(h.t, FailNone, fx.Fail)
+}
+
+// TestWindowGrowsAndHalves: the window starts at InitialWindow, grows by
+// what each ACK covers (slow start), halves on a sequence NAK once per
+// window of packets, never drops below MinWindow, and never exceeds the
+// 128 PSNs IBTA allows.
+func TestWindowGrowsAndHalves(t *testing.T) {
+	h := newRC(t)
+	h.cc = NewCongestion(CCConfig{InitialWindow: 4, MinWindow: 2, DeviceWindow: -1})
+	h.post(sendWR(1, 0, 64*testMTU))
+	_, pkts := h.run()
+	require.Len(t, pkts, 4, "the initial window")
+	require.True(t, pkts[3].p.BTH.AckReq(), "the packet that fills the window asks for an ACK")
+	h.ackAll(0)
+	require.Equal(t, 8, h.q.Window(), "slow start: the window grows by the packets acknowledged")
+	_, pkts = h.run()
+	require.Len(t, pkts, 8)
+
+	// A sequence NAK for the first of them: halved once.
+	first := pkts[0].psn()
+	fx, _ := h.receive(nak(first, wire.NAKPSNSequenceError), nil)
+	require.True(t, fx.Run)
+	require.Equal(t, 4, h.q.Window())
+	// A second NAK within the same window does not cut again.
+	_, _ = h.receive(nak(first+2, wire.NAKPSNSequenceError), nil)
+	require.Equal(t, 4, h.q.Window(), "one cut per window of packets")
+	require.EqualValues(t, 1, h.stats.WindowCuts.Load())
+	_, pkts = h.run()
+	require.Equal(t, []uint32{first + 2, first + 3, first + 4, first + 5}, psns(pkts), "the go-back resends within the halved window")
+
+	// Timeouts halve down to the floor, never below.
+	for range 4 {
+		h.advance(time.Second)
+		fx, _ = h.timer()
+		require.Equal(t, FailNone, fx.Fail)
+		h.q.ParamsChanged() // a fresh retry budget: only the window is under test
+	}
+	require.Equal(t, 2, h.q.Window(), "MinWindow")
+
+	// Growth stops at 128.
+	h2 := newRC(t)
+	h2.cc = NewCongestion(CCConfig{InitialWindow: 100, DeviceWindow: -1})
+	h2.post(sendWR(1, 0, 60000))
+	_, _ = h2.run()
+	h2.ackAll(0)
+	require.Equal(t, maxUnackedPSNs, h2.q.Window())
+}
+
+// TestWindowDuplicateAcks: three repeats of the last acknowledgement
+// while packets are outstanding cut the window (the peer received
+// packets twice).
+func TestWindowDuplicateAcks(t *testing.T) {
+	h := newRC(t)
+	h.cc = NewCongestion(CCConfig{InitialWindow: 8, MinWindow: 2, DeviceWindow: -1})
+	h.post(sendWR(1, 0, 20*testMTU))
+	_, _ = h.run()
+	_, _ = h.receive(ack(testSQPSN+1, 0), nil)
+	w := h.q.Window()
+	for i := range 3 {
+		_, _ = h.receive(ack(testSQPSN+1, 0), nil)
+		if i < 2 {
+			require.Equal(t, w, h.q.Window(), "not yet")
+		}
+	}
+	require.Equal(t, w/2, h.q.Window())
+	require.EqualValues(t, 3, h.drops()[DropDuplicateAck.String()])
+}
+
+// TestDeviceWindow: the QPs of a device together keep at most
+// DeviceWindow packets in flight; a QP the device window stops looks
+// again after a short wait; acknowledgements and leaving RTS give the
+// room back.
+func TestDeviceWindow(t *testing.T) {
+	cc := NewCongestion(CCConfig{InitialWindow: 16, DeviceWindow: 20})
+	a, b := newRC(t), newRC(t)
+	a.cc, b.cc = cc, cc
+	a.post(sendWR(1, 0, 16*testMTU))
+	b.post(sendWR(1, 0, 16*testMTU))
+	_, pa := a.run()
+	require.Len(t, pa, 16)
+	_, pb := b.run()
+	require.Len(t, pb, 4, "the device window's rest")
+	require.Equal(t, 20, cc.InFlight())
+	require.EqualValues(t, 1, b.stats.DeviceWaits.Load())
+	d := b.q.Deadline()
+	require.False(t, d.IsZero(), "the stopped QP looks again")
+	require.True(t, d.Before(b.now.Add(time.Millisecond)), "soon, not after the transport timer")
+
+	a.ackAll(1)
+	require.Equal(t, 4, cc.InFlight(), "the ACK gave the room back")
+	b.now = d
+	fx, _ := b.timer()
+	require.True(t, fx.Run)
+	_, pb = b.run()
+	require.Len(t, pb, 12)
+	require.Equal(t, 16, cc.InFlight())
+
+	b.q.SetState(verbs.QPStateErr, 0, 0)
+	require.Equal(t, 0, cc.InFlight(), "a QP that stops gives its room back")
+	a.post(sendWR(2, 0, testMTU))
+	_, _ = a.run()
+	a.q.SetState(verbs.QPStateReset, 0, 0)
+	require.Equal(t, 0, cc.InFlight(), "RESET gives the room back too")
+}
+
+// TestCNPAnswersCE: a packet marked CE is answered with a CNP to the
+// peer QP (RoCEv2 annex A17.9.2: opcode 0x81, BECN set, the originator's
+// QP number, 16 reserved bytes), at most one per CNPInterval.
+func TestCNPAnswersCE(t *testing.T) {
+	h := newRC(t)
+	h.q.P.Type = verbs.QPTypeRC
+	send := func(psn uint32, tc uint8) []sent {
+		var hd wire.Headers
+		hd.BTH = wire.BTHFields{OpCode: wire.RCSendOnly, DestQP: testQPN, PSN: wire.MakePSN(psn)}
+		p := h.packet(hd, pattern(1, 8))
+		p.Net.TrafficClass = tc
+		h.postRecv(uint64(psn), 0, 100)
+		_ = h.q.Receive(h.env(), p)
+		return h.out.take()
+	}
+	pkts := send(testRQPSN, 0x02) // ECT(0): nothing
+	require.Empty(t, pkts)
+	pkts = send(testRQPSN+1, 0x03) // CE
+	require.Len(t, pkts, 1)
+	cnp := pkts[0]
+	require.Equal(t, wire.CNP, cnp.op())
+	require.True(t, cnp.p.BTH.BECN())
+	require.Equal(t, h.q.P.DestQPN, cnp.p.BTH.DestQP())
+	require.Len(t, cnp.p.CNPReserved, wire.CNPReservedSize)
+	require.Equal(t, h.q.P.Path, cnp.dst)
+	pkts = send(testRQPSN+2, 0x03)
+	require.Empty(t, pkts, "within CNPInterval: no second CNP")
+	h.advance(50 * time.Microsecond)
+	pkts = send(testRQPSN+3, 0x03)
+	require.Len(t, pkts, 1)
+	require.EqualValues(t, 3, h.stats.CEReceived.Load())
+	require.EqualValues(t, 2, h.stats.CNPsSent.Load())
+}
+
+// TestCNPCutsRate: a CNP starts pacing at the rate the QP was sending
+// at (here LineRate) and cuts it as DCQCN does; the pacer stops Run when
+// the token bucket is empty and Deadline says when it refills; with no
+// further CNP the rate recovers and pacing ends.
+func TestCNPCutsRate(t *testing.T) {
+	h := newQPT(t, defaultParams(verbs.QPTypeUC))
+	h.cc = NewCongestion(CCConfig{LineRate: 8e9, RateBurst: 4 * testMTU, DeviceWindow: -1}) // 1 GB/s
+	require.Zero(t, h.q.Rate(), "unpaced")
+	var hd wire.Headers
+	hd.BTH = wire.BTHFields{OpCode: wire.CNP, BECN: true, DestQP: testQPN}
+	fx, _ := h.receive(hd, nil)
+	require.Equal(t, Effects{}, fx)
+	require.EqualValues(t, 1, h.stats.CNPsReceived.Load())
+	require.EqualValues(t, 1, h.stats.RateCuts.Load())
+	require.InDelta(t, 4e9, h.q.Rate(), 1, "alpha starts at 1: the first cut halves")
+
+	h.post(sendWR(1, 0, 32*testMTU))
+	_, pkts := h.run()
+	require.NotEmpty(t, pkts)
+	require.Less(t, len(pkts), 32, "the bucket holds RateBurst bytes")
+	require.EqualValues(t, 1, h.stats.PacerWaits.Load())
+	d := h.q.Deadline()
+	require.True(t, d.After(h.now))
+	h.now = d
+	fx, _ = h.timer()
+	require.True(t, fx.Run, "the pacer lets the QP go on")
+	_, more := h.run()
+	require.NotEmpty(t, more)
+
+	// A second CNP right away cuts less (alpha decays only with time,
+	// but it is still close to 1), and pacing continues.
+	_, _ = h.receive(hd, nil)
+	require.Less(t, h.q.Rate(), 4e9)
+	// Without CNPs the rate climbs back to the line rate, where it
+	// stays paced (a configured line rate is the rate to pace at).
+	h.advance(time.Second)
+	h.post(sendWR(2, 0, testMTU))
+	_, _ = h.run()
+	require.InDelta(t, 8e9, h.q.Rate(), 1)
+	require.NotZero(t, h.stats.RateIncreases.Load())
+	require.Zero(t, h.stats.RateUnpaced.Load())
+}
+
+// TestCNPUnknownLineRate: without a configured line rate, pacing starts
+// at the rate the QP was sending at, and ends once the rate has
+// recovered to it.
+func TestCNPUnknownLineRate(t *testing.T) {
+	h := newQPT(t, defaultParams(verbs.QPTypeUC))
+	h.cc = NewCongestion(CCConfig{DeviceWindow: -1})
+	// 64 KiB in 100 us, then more: 5.24 Gbit/s measured.
+	for range 3 {
+		h.post(sendWR(1, 0, 256*testMTU))
+		_, _ = h.run()
+		h.advance(100 * time.Microsecond)
+	}
+	var hd wire.Headers
+	hd.BTH = wire.BTHFields{OpCode: wire.CNP, BECN: true, DestQP: testQPN}
+	_, _ = h.receive(hd, nil)
+	require.Greater(t, h.q.Rate(), 1e9, "about half the measured rate")
+	require.Less(t, h.q.Rate(), 256*testMTU*8/100e-6)
+	h.advance(time.Second)
+	h.post(sendWR(2, 0, testMTU))
+	_, _ = h.run()
+	require.Zero(t, h.q.Rate(), "recovered: unpaced")
+	require.EqualValues(t, 1, h.stats.RateUnpaced.Load())
+}
+
+// TestCNPFromElsewhere: a CNP for a connected QP from another address
+// than its peer's is dropped and counted (as every such packet).
+func TestCNPFromElsewhere(t *testing.T) {
+	h := newRC(t)
+	var hd wire.Headers
+	hd.BTH = wire.BTHFields{OpCode: wire.CNP, BECN: true, DestQP: testQPN}
+	p := h.packet(hd, nil)
+	p.Net.Src = p.Net.Dst
+	_ = h.q.Receive(h.env(), p)
+	require.Zero(t, h.stats.CNPsReceived.Load())
+	h.requireDrops(map[DropReason]uint64{DropAddress: 1})
+}
+
+// TestReadInParts: a READ longer than the window is asked for a window
+// of responses at a time; each part is a READ request of its own whose
+// RETH starts where the previous part ended; a response lost within a
+// part is asked for again only up to that part's end (IBTA 9.7.6.1.4:
+// what the responder remembers).
+func TestReadInParts(t *testing.T) {
+	h := newRC(t)
+	h.cc = NewCongestion(CCConfig{InitialWindow: 8, MinWindow: 8, DeviceWindow: -1})
+	const n = 20 * testMTU
+	data := pattern(7, n)
+	part := func(i uint32) []byte { return data[i*testMTU : (i+1)*testMTU] }
+	pkts := h.sendAll(readWR(1, 0, n))
+	require.Len(t, pkts, 1)
+	require.Equal(t, wire.RETHFields{VirtualAddress: peerVA, RKey: rkeyPeer, DMALength: 8 * testMTU}, pkts[0].p.RETH.Fields())
+
+	// Responses 0..7 but 5: the last one of the part shows 5 missing.
+	for i := uint32(0); i < 8; i++ {
+		if i == 5 {
+			continue
+		}
+		op := wire.RCRDMAReadResponseMiddle
+		if i == 0 {
+			op = wire.RCRDMAReadResponseFirst
+		}
+		_, _ = h.receive(readResp(op, testSQPSN+i), part(i))
+	}
+	_, pkts = h.run()
+	require.Len(t, pkts, 1)
+	require.Equal(t, uint32(testSQPSN+5), pkts[0].psn())
+	require.Equal(t, wire.RETHFields{VirtualAddress: peerVA + 5*testMTU, RKey: rkeyPeer, DMALength: 3 * testMTU},
+		pkts[0].p.RETH.Fields(), "again, up to the part's end only")
+
+	fx, _ := h.receive(readResp(wire.RCRDMAReadResponseMiddle, testSQPSN+5), part(5))
+	require.True(t, fx.Run, "the part arrived: the next may be asked for")
+	// The rest, part by part: each part starts where the last ended and
+	// is no longer than the window.
+	asked, got, parts := uint32(8), uint32(8), 1
+	for got < 20 {
+		_, pkts = h.run()
+		for _, p := range pkts {
+			require.Equal(t, wire.RCRDMAReadRequest, p.op())
+			require.Equal(t, testSQPSN+asked, p.psn(), "the next part starts where the last ended")
+			require.EqualValues(t, peerVA+uint64(asked)*testMTU, p.p.RETH.VirtualAddress())
+			k := p.p.RETH.DMALength() / testMTU
+			require.LessOrEqual(t, int(k), h.q.Window())
+			asked += k
+			parts++
+		}
+		require.Greater(t, asked, got, "a part was asked for")
+		for ; got < asked; got++ {
+			op := wire.RCRDMAReadResponseMiddle
+			if got == 19 {
+				op = wire.RCRDMAReadResponseLast
+			}
+			_, _ = h.receive(readResp(op, testSQPSN+got), part(got))
+		}
+	}
+	require.GreaterOrEqual(t, parts, 2)
+	require.Equal(t, []string{"1:success"}, wcs(h.scq.take()))
+	require.Equal(t, data, h.dst[:n])
+}
+
+// TestReadResponderLossCutsRate: a duplicate READ asking again for
+// responses the responder sent means they were lost: the responder's rate
+// is cut to what the path delivered, and its responses are paced.
+func TestReadResponderLossCutsRate(t *testing.T) {
+	h := newRC(t)
+	h.cc = NewCongestion(CCConfig{RateBurst: 2 * testMTU, DeviceWindow: -1})
+	const n = 10 * testMTU
+	read := func(psn, off, length uint32) wire.Headers {
+		var hd wire.Headers
+		hd.BTH = wire.BTHFields{OpCode: wire.RCRDMAReadRequest, DestQP: testQPN, PSN: wire.MakePSN(psn), AckReq: true}
+		hd.RETH = wire.RETHFields{VirtualAddress: memVA + uint64(off), RKey: rkeyMem, DMALength: length}
+		return hd
+	}
+	_, _ = h.receive(read(testRQPSN, 0, n), nil)
+	_, pkts := h.run()
+	require.Len(t, pkts, 10)
+	require.Zero(t, h.q.Rate())
+	h.advance(100 * time.Microsecond)
+	// Responses 4.. were lost: the requester asks again from 4 after
+	// 100 us, so 4 responses (1 KiB) were delivered in 100 us.
+	_, _ = h.receive(read(testRQPSN+4, 4*testMTU, 6*testMTU), nil)
+	require.EqualValues(t, 1, h.stats.RateCuts.Load())
+	require.InDelta(t, 4*testMTU*8/100e-6, h.q.Rate(), 1, "the delivered rate, in bits per second")
+	_, pkts = h.run()
+	require.Len(t, pkts, 2, "paced: the bucket's RateBurst")
+	require.EqualValues(t, 2, h.stats.RetxPackets.Load())
+}
+
+// TestReadPartAcknowledgedWithoutResponses: an ACK whose PSN lies in a
+// READ part whose responses have not arrived (a responder answering a
+// duplicate request acknowledges up to its expected PSN) is an implied
+// NAK: the part is asked for again, and the READ's PSNs count as
+// acknowledged only up to its first missing response, so the transport
+// timer keeps running. Before, the requester took the whole part as
+// acknowledged and, with nothing outstanding, waited forever.
+func TestReadPartAcknowledgedWithoutResponses(t *testing.T) {
+	h := newRC(t)
+	h.cc = NewCongestion(CCConfig{InitialWindow: 8, MinWindow: 8, DeviceWindow: -1})
+	pkts := h.sendAll(readWR(1, 0, 20*testMTU))
+	require.Len(t, pkts, 1)
+	fx, _ := h.receive(ack(testSQPSN+7, 1), nil)
+	require.True(t, fx.Run)
+	require.False(t, h.q.Deadline().IsZero(), "the transport timer runs")
+	_, pkts = h.run()
+	require.Len(t, pkts, 1)
+	require.Equal(t, uint32(testSQPSN), pkts[0].psn())
+	require.Equal(t, wire.RETHFields{VirtualAddress: peerVA, RKey: rkeyPeer, DMALength: 8 * testMTU}, pkts[0].p.RETH.Fields())
+}
