@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"reflect"
+	"time"
 
 	"github.com/softhca/softhca/internal/clock"
 	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/transport"
 
 	"github.com/softhca/softhca/verbs"
 )
@@ -79,6 +81,56 @@ type Config struct {
 	BusyPoll bool
 	// Trace is called for every packet the transport sends and receives.
 	Trace func(dir Direction, p *link.Packet)
+	// Congestion configures congestion control; the zero value needs no
+	// tuning on loopback, a bridge or a LAN.
+	Congestion Congestion
+}
+
+// Congestion configures how a device's QPs share the network (see
+// docs/congestion.md). Every QP sends under three bounds: an RC
+// requester's congestion window (packets sent and not acknowledged:
+// grows with ACKs, halves on a sequence NAK, duplicate ACKs or a
+// timeout), a rate (DCQCN: cut by CNPs that answer ECN-marked packets,
+// and for a READ responder by lost responses; recovers with time), and
+// the device window (the RC packets in flight across the device). Zero
+// fields take their defaults; a negative window turns that bound off.
+type Congestion struct {
+	// InitialWindow and MinWindow are the RC window's start and floor,
+	// in packets: defaults 16 and 8 (at most 128, the PSN window).
+	InitialWindow, MinWindow int
+	// DeviceWindow bounds the RC packets in flight across the device:
+	// default 512, half of a default 1000-packet interface queue.
+	DeviceWindow int
+	// LineRate, in bits per second, is the rate pacing starts from and
+	// recovers to after a congestion signal; 0 (the default): the rate
+	// the QP was sending at, and pacing ends once it has recovered.
+	LineRate float64
+	// MinRate is the lowest rate, in bits per second: default 10 Mbit/s.
+	MinRate float64
+	// RateBurst is a paced QP's token bucket in bytes: default 65536.
+	RateBurst int
+	// RateIncreasePeriod, AdditiveIncrease and HyperIncrease (bits per
+	// second) are DCQCN's rate increase timer and steps: defaults 55 us,
+	// 40 Mbit/s, 400 Mbit/s.
+	RateIncreasePeriod              time.Duration
+	AdditiveIncrease, HyperIncrease float64
+	// CNPInterval is the least time between two CNPs a QP sends:
+	// default 50 us.
+	CNPInterval time.Duration
+	// NoECT sends packets without ECT(0) in their IP header, so that
+	// ECN-capable queues drop them instead of marking them. (A link/udp
+	// link also needs udp.Config.ECN for its socket to set it.)
+	NoECT bool
+}
+
+// transport returns the transport's form of c.
+func (c Congestion) transport() transport.CCConfig {
+	return transport.CCConfig{
+		InitialWindow: c.InitialWindow, MinWindow: c.MinWindow, DeviceWindow: c.DeviceWindow,
+		LineRate: c.LineRate, MinRate: c.MinRate, RateBurst: c.RateBurst,
+		RateIncreasePeriod: c.RateIncreasePeriod, AdditiveIncrease: c.AdditiveIncrease,
+		HyperIncrease: c.HyperIncrease, CNPInterval: c.CNPInterval,
+	}
 }
 
 // DefaultDeviceAttr returns the attributes of a Linux rxe device on a

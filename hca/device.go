@@ -82,6 +82,7 @@ func Open(cfg Config) (*Device, error) {
 			Workers:  cfg.Workers,
 			BusyPoll: cfg.BusyPoll,
 			Trace:    cfg.Trace,
+			CC:       cfg.Congestion.transport(),
 		})
 	}
 	return d, nil
@@ -117,8 +118,16 @@ func (d *Device) resolve(av *verbs.AHAttr) (wire.Net, error) {
 	if port == 0 {
 		port = wire.RoCEv2Port
 	}
-	return wire.Net{Src: src, Dst: dst, SrcPort: d.local.SrcPort, DstPort: port, DontFragment: true, HopLimit: 64}, nil
+	n := wire.Net{Src: src, Dst: dst, SrcPort: d.local.SrcPort, DstPort: port, DontFragment: true, HopLimit: 64}
+	if !d.cfg.Congestion.NoECT {
+		n.TrafficClass = ecnECT0 // RoCEv2 senders are ECN-capable (a link/udp socket sets it itself)
+	}
+	return n, nil
 }
+
+// ecnECT0 is the ECN field's ECN-Capable Transport (0) codepoint (RFC
+// 3168).
+const ecnECT0 = 0b10
 
 // TransportStats returns the transport's counters (zero without a link).
 func (d *Device) TransportStats() Stats {

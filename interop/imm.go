@@ -105,7 +105,7 @@ func RunImm(ctx context.Context, cfg ImmConfig) (res ImmResult, err error) {
 	if logw == nil {
 		logw = io.Discard
 	}
-	lk, err := udp.Open(udp.Config{Addr: cfg.Local, GSO: true, GRO: true})
+	lk, err := udp.Open(udp.Config{Addr: cfg.Local, GSO: true, GRO: true, ECN: true})
 	if err != nil {
 		return res, fmt.Errorf("softhca link on %v: %w", cfg.Local, err)
 	}

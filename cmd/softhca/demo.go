@@ -306,11 +306,11 @@ var (
 // was chosen instead and why.
 func openDemoLinks(x, y netip.Addr, port uint16) (a, b *udp.Link, note string, err error) {
 	pair := func(x, y netip.Addr, port uint16) (*udp.Link, *udp.Link, error) {
-		a, err := udp.Open(udp.Config{Addr: netip.AddrPortFrom(x, port)})
+		a, err := udp.Open(udp.Config{Addr: netip.AddrPortFrom(x, port), ECN: true})
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := udp.Open(udp.Config{Addr: netip.AddrPortFrom(y, port)})
+		b, err := udp.Open(udp.Config{Addr: netip.AddrPortFrom(y, port), ECN: true})
 		if err != nil {
 			a.Close()
 			return nil, nil, err

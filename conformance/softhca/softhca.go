@@ -123,7 +123,7 @@ func openLoopbackLinks() (*udp.Link, *udp.Link, error) {
 		var err error
 		for range 16 {
 			var l *udp.Link
-			l, err = udp.Open(udp.Config{Addr: netip.AddrPortFrom(randAddr(), port)})
+			l, err = udp.Open(udp.Config{Addr: netip.AddrPortFrom(randAddr(), port), ECN: true})
 			if err == nil {
 				return l, nil
 			}

@@ -233,7 +233,7 @@ func (s *session) openDevice() error {
 		}
 		lk, s.peerPort = l, pp
 	} else {
-		l, err := udp.Open(udp.Config{Addr: netip.AddrPortFrom(addr, port), GSO: true, GRO: true})
+		l, err := udp.Open(udp.Config{Addr: netip.AddrPortFrom(addr, port), GSO: true, GRO: true, ECN: true})
 		if err != nil {
 			hint := ""
 			if errors.Is(err, syscall.EADDRINUSE) {

@@ -261,7 +261,7 @@ func (s *session) openLink(addr netip.AddrPort) (link.Link, error) {
 	if s.cfg.OpenLink != nil {
 		return s.cfg.OpenLink(addr)
 	}
-	return udp.Open(udp.Config{Addr: addr, GSO: true, GRO: true})
+	return udp.Open(udp.Config{Addr: addr, GSO: true, GRO: true, ECN: true})
 }
 
 // setup opens the device and creates its objects, as pp_init_ctx does,
