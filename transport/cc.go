@@ -293,6 +293,7 @@ func (rc *rateControl) sent(env *Env, size int) {
 // allow reports whether the pacer lets the QP build another packet now;
 // if not, waitUntil says when it will.
 func (rc *rateControl) allow(env *Env) bool {
+	rc.waitUntil = time.Time{} // Run is running: the wait, if any, is over
 	if !rc.paced {
 		return true
 	}
@@ -306,7 +307,6 @@ func (rc *rateControl) allow(env *Env) bool {
 		rc.tokensAt = env.Now
 	}
 	if rc.tokens > 0 {
-		rc.waitUntil = time.Time{}
 		return true
 	}
 	wait := time.Duration(-rc.tokens/rc.rate*1e9) + time.Microsecond
@@ -315,13 +315,16 @@ func (rc *rateControl) allow(env *Env) bool {
 	return false
 }
 
-// deadline is when a QP the pacer stopped may send again; zero if none.
-func (rc *rateControl) deadline() time.Time {
-	if !rc.paced {
-		return time.Time{}
-	}
-	return rc.waitUntil
+// hasRoomAfter reports whether the pacer will let another packet go
+// after one of n bytes (an estimate: the bucket refills meanwhile).
+func (rc *rateControl) hasRoomAfter(n uint32) bool {
+	return !rc.paced || rc.tokens > float64(n)
 }
+
+// deadline is when a QP the pacer stopped may send again; zero if none.
+// It stays set until Timer runs the QP, even if a rate change (a CNP,
+// the end of pacing) lets the QP send sooner: only a Run restarts it.
+func (rc *rateControl) deadline() time.Time { return rc.waitUntil }
 
 // startPacing starts pacing a QP that was not paced, at the rate it
 // starts from: CCConfig.LineRate, or the rate it was sending at.
@@ -410,7 +413,7 @@ func (rc *rateControl) recoverTo(env *Env) {
 	}
 	env.Stats.RateIncreases.Add(uint64(n))
 	if rc.rate >= rc.ceiling*0.99 && c.LineRate <= 0 {
-		rc.paced, rc.waitUntil = false, time.Time{}
+		rc.paced = false
 		env.Stats.RateUnpaced.Add(1)
 	}
 }
@@ -436,9 +439,25 @@ func (q *QP) noteECN(env *Env, p *wire.Packet) {
 		return
 	}
 	env.Stats.CEReceived.Add(1)
+	q.sendCNP(env)
+}
+
+// lossCNP answers packets lost on a UC QP's way (a PSN gap) with a CNP:
+// UC has no acknowledgements, and a sender that does not slow down loses
+// every message a full queue cuts (an extension of the annex: a CNP only
+// asks the sender to lower its rate).
+func (q *QP) lossCNP(env *Env) {
+	if q.sendCNP(env) {
+		env.Stats.LossCNPs.Add(1)
+	}
+}
+
+// sendCNP sends a CNP to the peer QP, at most one per CNPInterval, and
+// reports whether it did.
+func (q *QP) sendCNP(env *Env) bool {
 	rc := &q.rate
 	if rc.cnpEverSet && env.Now.Sub(rc.lastCNP) < env.cc().cfg.CNPInterval {
-		return
+		return false
 	}
 	rc.lastCNP, rc.cnpEverSet = env.Now, true
 	var h wire.Headers
@@ -449,6 +468,7 @@ func (q *QP) noteECN(env *Env, p *wire.Packet) {
 	wire.Seal(&q.P.Path, buf[:size])
 	env.Out.Emit(size, &q.P.Path)
 	env.Stats.CNPsSent.Add(1)
+	return true
 }
 
 // receiveCNP handles a CNP: the QP's rate is cut (DCQCN).

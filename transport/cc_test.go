@@ -99,6 +99,8 @@ func TestDeviceWindow(t *testing.T) {
 	require.Len(t, pa, 16)
 	_, pb := b.run()
 	require.Len(t, pb, 4, "the device window's rest")
+	require.True(t, pb[3].p.BTH.AckReq(), "the last packet before the device window stops the QP asks for an ACK")
+	require.False(t, pb[2].p.BTH.AckReq())
 	require.Equal(t, 20, cc.InFlight())
 	require.EqualValues(t, 1, b.stats.DeviceWaits.Load())
 	d := b.q.Deadline()
@@ -345,4 +347,29 @@ func TestReadPartAcknowledgedWithoutResponses(t *testing.T) {
 	require.Len(t, pkts, 1)
 	require.Equal(t, uint32(testSQPSN), pkts[0].psn())
 	require.Equal(t, wire.RETHFields{VirtualAddress: peerVA, RKey: rkeyPeer, DMALength: 8 * testMTU}, pkts[0].p.RETH.Fields())
+}
+
+// TestPacedQPRunsAfterCNP: a QP the pacer stopped is run when its wait
+// ends even if a CNP meanwhile restarted its pacing (the timer armed for
+// the wait must still find a reason to run it). Before, the CNP cleared
+// the wait and the QP, its timer finding nothing due, never sent again.
+func TestPacedQPRunsAfterCNP(t *testing.T) {
+	h := newQPT(t, defaultParams(verbs.QPTypeUC))
+	h.cc = NewCongestion(CCConfig{RateBurst: 2 * testMTU, DeviceWindow: -1})
+	var cnp wire.Headers
+	cnp.BTH = wire.BTHFields{OpCode: wire.CNP, BECN: true, DestQP: testQPN}
+	_, _ = h.receive(cnp, nil)
+	h.post(sendWR(1, 0, 32*testMTU))
+	_, pkts := h.run()
+	require.NotEmpty(t, pkts)
+	d := h.q.Deadline()
+	require.False(t, d.IsZero(), "stopped by the pacer")
+	// Much later (the rate has recovered), a CNP, then the timer armed
+	// for d fires.
+	h.advance(time.Second)
+	_, _ = h.receive(cnp, nil)
+	fx, _ := h.timer()
+	require.True(t, fx.Run, "the QP runs again")
+	_, pkts = h.run()
+	require.NotEmpty(t, pkts)
 }

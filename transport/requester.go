@@ -205,7 +205,12 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 		if r.psn == r.maxPSN {
 			built++
 		}
-		if !r.sendPacket(q, env, w) {
+		// The packet after which the device window or the pacer stops
+		// the requester asks for an ACK, as the one filling the window
+		// does: the responder acknowledges only what asks (rxe), and
+		// without it the requester would wait for its transport timer.
+		stops := !r.win.deviceRoom(env, built) || !q.rate.hasRoomAfter(q.P.MTU)
+		if !r.sendPacket(q, env, w, stops) {
 			break
 		}
 	}
@@ -310,7 +315,7 @@ func (r *Requester) localSGLOK(q *QP, env *Env, w *SendWQE) bool {
 // sendPacket builds the next packet of the WQE at r.next and reports
 // whether it could: a source region that went away fails the WQE
 // (IBV_WC_LOC_PROT_ERR, as rxe) and nothing of the packet is sent.
-func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE) bool {
+func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE, stops bool) bool {
 	mtu := q.P.MTU
 	total := w.length
 	var h wire.Headers
@@ -375,7 +380,7 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE) bool {
 			// The packet that fills the window asks for an ACK: nothing
 			// more leaves until one comes.
 			fills := int(r.psn.Add(1).Diff(r.ackPSN)) >= r.win.size(env)
-			h.BTH.AckReq = last || fills || idx%ackReqInterval == ackReqInterval-1
+			h.BTH.AckReq = last || fills || stops || idx%ackReqInterval == ackReqInterval-1
 		}
 		h.BTH.SolicitedEvent = last && w.WR.SendFlags&verbs.SendSolicited != 0
 		if h.BTH.OpCode.Info().Headers&wire.HasRETH != 0 {

@@ -769,6 +769,11 @@ func (r *Responder) receiveUC(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 	psn := p.BTH.PSN()
 	info := p.Info()
 	inSequence := psn == r.epsn && r.state != ResponderDropMessage
+	if psn.Diff(r.epsn) > 0 {
+		// Packets were lost on the way: UC has no acknowledgement to
+		// tell the sender, so a CNP asks it to slow down.
+		q.lossCNP(env)
+	}
 	r.epsn = psn.Add(1)
 	if !inSequence || !r.sequenceOK(info) {
 		if !info.Pos.First() {

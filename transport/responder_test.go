@@ -617,10 +617,12 @@ func TestResponderUC(t *testing.T) {
 	h.postRecv(2, 1024, 1024)
 	data := pattern(3, 600)
 	_, _ = h.receive(request(wire.UCSendFirst, testRQPSN), data[:256])
-	// The Middle is lost.
+	// The Middle is lost: no acknowledgement, but a CNP asks the sender
+	// to slow down.
 	fx, pkts := h.receive(request(wire.UCSendLast, testRQPSN+2), data[512:])
 	require.Equal(t, Effects{}, fx)
-	require.Empty(t, pkts)
+	require.Equal(t, []wire.OpCode{wire.CNP}, ops(pkts))
+	require.EqualValues(t, 1, h.stats.LossCNPs.Load())
 	require.Empty(t, h.rcq.wcs)
 	fx, _ = h.receive(request(wire.UCSendOnly, testRQPSN+3), data[:10])
 	require.True(t, fx.Delivered)

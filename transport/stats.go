@@ -102,7 +102,8 @@ type Counters struct {
 	PacerWaits      atomic.Uint64 // times a QP's rate stopped it until later
 	DeviceWaits     atomic.Uint64 // times the device window stopped a QP
 	CEReceived      atomic.Uint64 // packets received marked CE (ECN)
-	CNPsSent        atomic.Uint64
+	CNPsSent        atomic.Uint64 // CNPs sent, for CE marks and for UC losses
+	LossCNPs        atomic.Uint64 // of those, CNPs for packets a UC QP saw lost
 	CNPsReceived    atomic.Uint64
 }
 
@@ -123,7 +124,7 @@ type Stats struct {
 	RetransmittedPackets, WindowIncreases, WindowCuts uint64
 	RateCuts, RateIncreases, RateUnpaced              uint64
 	PacerWaits, DeviceWaits                           uint64
-	CEReceived, CNPsSent, CNPsReceived                uint64
+	CEReceived, CNPsSent, LossCNPs, CNPsReceived      uint64
 }
 
 // Snapshot returns the counters' current values.
@@ -143,7 +144,7 @@ func (c *Counters) Snapshot() Stats {
 	s.RetransmittedPackets, s.WindowIncreases, s.WindowCuts = c.RetxPackets.Load(), c.WindowIncreases.Load(), c.WindowCuts.Load()
 	s.RateCuts, s.RateIncreases, s.RateUnpaced = c.RateCuts.Load(), c.RateIncreases.Load(), c.RateUnpaced.Load()
 	s.PacerWaits, s.DeviceWaits = c.PacerWaits.Load(), c.DeviceWaits.Load()
-	s.CEReceived, s.CNPsSent, s.CNPsReceived = c.CEReceived.Load(), c.CNPsSent.Load(), c.CNPsReceived.Load()
+	s.CEReceived, s.CNPsSent, s.LossCNPs, s.CNPsReceived = c.CEReceived.Load(), c.CNPsSent.Load(), c.LossCNPs.Load(), c.CNPsReceived.Load()
 	return s
 }
 
