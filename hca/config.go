@@ -110,13 +110,16 @@ type Congestion struct {
 	// RateBurst is a paced QP's token bucket in bytes: default 65536.
 	RateBurst int
 	// RateIncreasePeriod, AdditiveIncrease and HyperIncrease (bits per
-	// second) are DCQCN's rate increase timer and steps: defaults 55 us,
-	// 40 Mbit/s, 400 Mbit/s.
+	// second) are DCQCN's rate increase timer and steps: defaults 300 us,
+	// 5 Mbit/s, 50 Mbit/s (mlx5's).
 	RateIncreasePeriod              time.Duration
 	AdditiveIncrease, HyperIncrease float64
 	// CNPInterval is the least time between two CNPs a QP sends:
 	// default 50 us.
 	CNPInterval time.Duration
+	// RateCutInterval is the least time between two cuts of a QP's rate
+	// for CNPs: default 300 us.
+	RateCutInterval time.Duration
 	// NoECT sends packets without ECT(0) in their IP header, so that
 	// ECN-capable queues drop them instead of marking them. (A link/udp
 	// link also needs udp.Config.ECN for its socket to set it.)
@@ -129,7 +132,7 @@ func (c Congestion) transport() transport.CCConfig {
 		InitialWindow: c.InitialWindow, MinWindow: c.MinWindow, DeviceWindow: c.DeviceWindow,
 		LineRate: c.LineRate, MinRate: c.MinRate, RateBurst: c.RateBurst,
 		RateIncreasePeriod: c.RateIncreasePeriod, AdditiveIncrease: c.AdditiveIncrease,
-		HyperIncrease: c.HyperIncrease, CNPInterval: c.CNPInterval,
+		HyperIncrease: c.HyperIncrease, CNPInterval: c.CNPInterval, RateCutInterval: c.RateCutInterval,
 	}
 }
 

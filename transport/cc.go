@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -59,12 +60,13 @@ type CCConfig struct {
 	// 65536 (one GSO super-packet).
 	RateBurst int
 	// RateIncreasePeriod is DCQCN's timer: every period without a CNP,
-	// alpha decays and the rate recovers a step. Default 55 us.
+	// alpha decays and the rate recovers a step; the rate is cut at
+	// most once a period. Default 300 us (mlx5's rpg_time_reset).
 	RateIncreasePeriod time.Duration
 	// AdditiveIncrease and HyperIncrease, in bits per second, raise the
 	// target rate per period after FastRecoverySteps periods without a
-	// cut (and after twice as many, hyper). Defaults 40 Mbit/s and 400
-	// Mbit/s.
+	// cut (and after twice as many, hyper). Defaults 5 Mbit/s and 50
+	// Mbit/s (mlx5's rpg_ai_rate and rpg_hai_rate).
 	AdditiveIncrease, HyperIncrease float64
 	// FastRecoverySteps is DCQCN's F: default 5.
 	FastRecoverySteps int
@@ -73,6 +75,10 @@ type CCConfig struct {
 	// CNPInterval is the least time between two CNPs a QP sends:
 	// default 50 us.
 	CNPInterval time.Duration
+	// RateCutInterval is the least time between two cuts of a QP's rate
+	// for CNPs: the CNPs that answer the marks of one burst ask for the
+	// same cut. Default 300 us (a RateIncreasePeriod).
+	RateCutInterval time.Duration
 }
 
 // withDefaults returns c with every unset field given its default.
@@ -93,19 +99,22 @@ func (c CCConfig) withDefaults() CCConfig {
 		c.MinRate = 10e6
 	}
 	if c.RateIncreasePeriod == 0 {
-		c.RateIncreasePeriod = 55 * time.Microsecond
+		c.RateIncreasePeriod = 300 * time.Microsecond
 	}
 	if c.AdditiveIncrease == 0 {
-		c.AdditiveIncrease = 40e6
+		c.AdditiveIncrease = 5e6
 	}
 	if c.HyperIncrease == 0 {
-		c.HyperIncrease = 400e6
+		c.HyperIncrease = 50e6
 	}
 	if c.AlphaGain == 0 {
 		c.AlphaGain = 1.0 / 256
 	}
 	if c.CNPInterval == 0 {
 		c.CNPInterval = 50 * time.Microsecond
+	}
+	if c.RateCutInterval == 0 {
+		c.RateCutInterval = 300 * time.Microsecond
 	}
 	return c
 }
@@ -267,6 +276,7 @@ type rateControl struct {
 	measureAt  time.Time
 	lastCNP    time.Time
 	cnpEverSet bool
+	cutAt      time.Time // the last cut
 }
 
 const measurePeriod = 200 * time.Microsecond
@@ -347,10 +357,16 @@ func (rc *rateControl) startPacing(env *Env) {
 }
 
 // congestion cuts the rate for a CNP, as DCQCN's reaction point:
-// Rt = Rc, Rc = Rc(1 - alpha/2), alpha = (1-g)alpha + g.
+// Rt = Rc, Rc = Rc(1 - alpha/2), alpha = (1-g)alpha + g; at most once a
+// RateCutInterval (the CNPs that follow one burst's marks ask for the
+// same cut: on a path whose queue delays the marks, cutting for each
+// would take the rate to its floor).
 func (rc *rateControl) congestion(env *Env) {
 	c := &env.cc().cfg
 	if rc.paced {
+		if env.Now.Sub(rc.cutAt) < c.RateCutInterval {
+			return
+		}
 		rc.recoverTo(env)
 	}
 	if !rc.paced {
@@ -359,7 +375,7 @@ func (rc *rateControl) congestion(env *Env) {
 	rc.target = rc.rate
 	rc.rate = max(c.MinRate/8, rc.rate*(1-rc.alpha/2))
 	rc.alpha = (1-c.AlphaGain)*rc.alpha + c.AlphaGain
-	rc.steps, rc.updated = 0, env.Now
+	rc.steps, rc.updated, rc.cutAt = 0, env.Now, env.Now
 	env.Stats.RateCuts.Add(1)
 }
 
@@ -398,13 +414,20 @@ func (rc *rateControl) recoverTo(env *Env) {
 		return
 	}
 	rc.updated = rc.updated.Add(time.Duration(n) * c.RateIncreasePeriod)
-	n = min(n, 64) // beyond that the rate has long converged
+	if n > 64 {
+		// Long past fast recovery: the rate has reached its target,
+		// which rose by a hyper increase each period.
+		rc.alpha *= math.Pow(1-c.AlphaGain, float64(n-64))
+		rc.target = min(rc.ceiling, max(rc.target, rc.rate)+float64(n-64)*c.HyperIncrease/8)
+		rc.rate, rc.steps = rc.target, rc.steps+n-64
+		n = 64
+	}
 	for range n {
 		rc.alpha *= 1 - c.AlphaGain
 		rc.steps++
 		switch f := c.FastRecoverySteps; {
 		case rc.steps > 2*f:
-			rc.target += float64(rc.steps-2*f) * c.HyperIncrease / 8
+			rc.target += c.HyperIncrease / 8
 		case rc.steps > f:
 			rc.target += c.AdditiveIncrease / 8
 		}

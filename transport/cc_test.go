@@ -187,9 +187,15 @@ func TestCNPCutsRate(t *testing.T) {
 	_, more := h.run()
 	require.NotEmpty(t, more)
 
-	// A second CNP right away cuts less (alpha decays only with time,
-	// but it is still close to 1), and pacing continues.
+	// A second CNP right away asks for the same cut: none; one a period
+	// later cuts again.
+	r := h.q.Rate()
 	_, _ = h.receive(hd, nil)
+	require.Equal(t, r, h.q.Rate(), "at most one cut a period")
+	require.EqualValues(t, 1, h.stats.RateCuts.Load())
+	h.advance(300 * time.Microsecond)
+	_, _ = h.receive(hd, nil)
+	require.EqualValues(t, 2, h.stats.RateCuts.Load())
 	require.Less(t, h.q.Rate(), 4e9)
 	// Without CNPs the rate climbs back to the line rate, where it
 	// stays paced (a configured line rate is the rate to pace at).

@@ -213,6 +213,18 @@ func (p *Path) build() error {
 			}
 		}
 	}
+	// A veth hands each packet to the receive backlog of the CPU that
+	// sends it, and the tbf releases packets both from the sender's CPU
+	// and from its watchdog timer on another: the receiving side would
+	// see packets overtake each other, which a NIC's receive queue never
+	// does. RPS steers each flow to one CPU, keeping its order.
+	mask := strconv.FormatUint(1<<runtime.NumCPU()-1, 16)
+	for side := range 2 {
+		file := "/sys/class/net/" + p.dev[side] + "/queues/rx-0/rps_cpus"
+		if err := run("ip", "netns", "exec", p.ns[side], "sh", "-c", "echo "+mask+" > "+file); err != nil {
+			return err
+		}
+	}
 	// The qdiscs come after the carrier: tc's graft activates them at
 	// once on a running device (a device whose carrier is still on its
 	// way would get them only when the link watch runs).
