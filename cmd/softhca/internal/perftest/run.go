@@ -460,6 +460,9 @@ func (s *session) close() {
 		fmt.Fprintf(s.cfg.Stderr, "transport: %d packets sent, %d received; %d retransmitted (%d timeouts); RNR NAKs %d sent, %d received; sequence NAKs %d sent, %d received; %d ACKs sent; %d duplicates answered; drops %v\n",
 			st.TxPackets, st.RxPackets, st.Retransmits, st.RetryTimeouts, st.RNRNAKsSent, st.RNRNAKsReceived,
 			st.SeqNAKsSent, st.SeqNAKsReceived, st.AcksSent, st.DuplicatesAnswered, st.DropNames())
+		fmt.Fprintf(s.cfg.Stderr, "congestion: %d packets sent again; window %d increases, %d cuts; rate %d cuts, %d increases, %d back to unpaced; %d pacer waits, %d device window waits; %d CE received, CNPs %d sent (%d for UC losses), %d received\n",
+			st.RetransmittedPackets, st.WindowIncreases, st.WindowCuts, st.RateCuts, st.RateIncreases, st.RateUnpaced,
+			st.PacerWaits, st.DeviceWaits, st.CEReceived, st.CNPsSent, st.LossCNPs, st.CNPsReceived)
 	}
 	if s.qp != nil {
 		_ = s.qp.Destroy(ctx)

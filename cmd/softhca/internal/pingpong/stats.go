@@ -9,7 +9,8 @@ import (
 
 // StatsJSON is the device's transport counters as a flat JSON object of
 // counter names and numbers, the format interop's harness reads from
-// SOFTHCA_STATS: rx_packets, tx_packets, the transport events, and every
+// SOFTHCA_STATS: rx_packets, tx_packets, the transport and congestion
+// control events, and every
 // non-zero drop counter under its name (hca.Stats.DropNames).
 func StatsJSON(st hca.Stats) []byte {
 	m := map[string]uint64{
@@ -23,6 +24,19 @@ func StatsJSON(st hca.Stats) []byte {
 		"seq_naks_received":   st.SeqNAKsReceived,
 		"acks_sent":           st.AcksSent,
 		"duplicates_answered": st.DuplicatesAnswered,
+		// Congestion control.
+		"retransmitted_packets": st.RetransmittedPackets,
+		"window_increases":      st.WindowIncreases,
+		"window_cuts":           st.WindowCuts,
+		"rate_cuts":             st.RateCuts,
+		"rate_increases":        st.RateIncreases,
+		"rate_unpaced":          st.RateUnpaced,
+		"pacer_waits":           st.PacerWaits,
+		"device_waits":          st.DeviceWaits,
+		"ce_received":           st.CEReceived,
+		"cnps_sent":             st.CNPsSent,
+		"loss_cnps":             st.LossCNPs,
+		"cnps_received":         st.CNPsReceived,
 	}
 	for k, v := range st.DropNames() {
 		m[k] = v
