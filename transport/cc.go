@@ -45,8 +45,9 @@ type CCConfig struct {
 	// in packets: defaults 16 and 8 (at most 128, the PSN window).
 	InitialWindow, MinWindow int
 	// DeviceWindow bounds the RC packets in flight across all the
-	// device's QPs: default 512 (half of a default 1000-packet
-	// interface queue); negative: no bound.
+	// device's QPs: default 256 (a quarter of a default 1000-packet
+	// interface queue, which a slow peer drains within the 67 ms
+	// transport timer rdma-core's tools set); negative: no bound.
 	DeviceWindow int
 	// LineRate, in bits per second, is the rate a QP's pacing starts
 	// and recovers to after its first congestion signal. 0: the rate the
@@ -90,7 +91,7 @@ func (c CCConfig) withDefaults() CCConfig {
 	}
 	setInt(&c.InitialWindow, 16)
 	setInt(&c.MinWindow, 8)
-	setInt(&c.DeviceWindow, 512)
+	setInt(&c.DeviceWindow, 256)
 	setInt(&c.RateBurst, 65536)
 	setInt(&c.FastRecoverySteps, 5)
 	c.InitialWindow = min(max(c.InitialWindow, 1), maxUnackedPSNs)
@@ -277,15 +278,21 @@ type rateControl struct {
 	lastCNP    time.Time
 	cnpEverSet bool
 	cutAt      time.Time // the last cut
+	lastSent   time.Time // when the QP last built a packet
 }
 
 const measurePeriod = 200 * time.Microsecond
+
+// quietPeriods: a QP that sent nothing for this many rate increase
+// periods is quiet, and its quiet time earns no increase.
+const quietPeriods = 10
 
 // sent records size bytes built. The measured rate is the highest
 // rate over a measurePeriod seen lately (it decays by a tenth a
 // period), so that pauses between bursts do not hide how fast the QP
 // sends.
 func (rc *rateControl) sent(env *Env, size int) {
+	rc.lastSent = env.Now
 	if rc.paced {
 		rc.tokens -= float64(size)
 	}
@@ -380,12 +387,13 @@ func (rc *rateControl) congestion(env *Env) {
 }
 
 // lossCut cuts the rate for lost packets (a READ responder asked again
-// for responses it sent): to the rate the path delivered (when known)
-// and at most half the current one. Loss is a late and costly signal, so
+// for responses it sent): to the rate the path delivered, when known,
+// else to half. Loss is a late and costly signal, so
 // the rate then grows additively from there (no fast recovery to the rate
 // that overflowed the path).
 func (rc *rateControl) lossCut(env *Env, delivered float64) {
 	c := &env.cc().cfg
+	wasPaced := rc.paced
 	if rc.paced {
 		rc.recoverTo(env)
 	}
@@ -394,7 +402,10 @@ func (rc *rateControl) lossCut(env *Env, delivered float64) {
 	}
 	next := rc.rate / 2
 	if delivered > 0 {
-		next = min(next, delivered)
+		next = delivered
+		if wasPaced {
+			next = min(next, rc.rate)
+		}
 	}
 	rc.rate = max(c.MinRate/8, next)
 	rc.target = rc.rate
@@ -409,11 +420,25 @@ func (rc *rateControl) lossCut(env *Env, delivered float64) {
 // ceiling, the QP is unpaced again.
 func (rc *rateControl) recoverTo(env *Env) {
 	c := &env.cc().cfg
-	n := int(env.Now.Sub(rc.updated) / c.RateIncreasePeriod)
+	// Only time spent sending earns increases (as TCP validates its
+	// window, RFC 7661): a QP that was quiet learned nothing about the
+	// path, and a READ responder waiting for a requester's timer would
+	// otherwise be back at full speed when the request comes.
+	busyUntil := rc.lastSent.Add(quietPeriods * c.RateIncreasePeriod)
+	if env.Now.Before(busyUntil) {
+		busyUntil = env.Now
+	}
+	n := int(busyUntil.Sub(rc.updated) / c.RateIncreasePeriod)
 	if n <= 0 {
+		if env.Now.Sub(rc.updated) > quietPeriods*c.RateIncreasePeriod {
+			rc.updated = env.Now // quiet since: no credit for the gap
+		}
 		return
 	}
 	rc.updated = rc.updated.Add(time.Duration(n) * c.RateIncreasePeriod)
+	if env.Now.Sub(rc.updated) > quietPeriods*c.RateIncreasePeriod {
+		rc.updated = env.Now // the quiet time after the last send earns nothing
+	}
 	if n > 64 {
 		// Long past fast recovery: the rate has reached its target,
 		// which rose by a hyper increase each period.

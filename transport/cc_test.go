@@ -197,11 +197,16 @@ func TestCNPCutsRate(t *testing.T) {
 	_, _ = h.receive(hd, nil)
 	require.EqualValues(t, 2, h.stats.RateCuts.Load())
 	require.Less(t, h.q.Rate(), 4e9)
-	// Without CNPs the rate climbs back to the line rate, where it
-	// stays paced (a configured line rate is the rate to pace at).
+	// A quiet second earns no more than the 10 periods after the last
+	// packet: the QP learned nothing of the path meanwhile.
 	h.advance(time.Second)
 	h.post(sendWR(2, 0, testMTU))
 	_, _ = h.run()
+	require.EqualValues(t, quietPeriods, h.stats.RateIncreases.Load(), "no increase for time spent quiet")
+	// Sending without CNPs, the rate climbs back to the line rate,
+	// where it stays paced (a configured line rate is the rate to pace
+	// at).
+	h.sendFor(time.Second)
 	require.InDelta(t, 8e9, h.q.Rate(), 1)
 	require.NotZero(t, h.stats.RateIncreases.Load())
 	require.Zero(t, h.stats.RateUnpaced.Load())
@@ -224,11 +229,24 @@ func TestCNPUnknownLineRate(t *testing.T) {
 	_, _ = h.receive(hd, nil)
 	require.Greater(t, h.q.Rate(), 1e9, "about half the measured rate")
 	require.Less(t, h.q.Rate(), 256*testMTU*8/100e-6)
-	h.advance(time.Second)
-	h.post(sendWR(2, 0, testMTU))
-	_, _ = h.run()
+	h.sendFor(time.Second)
 	require.Zero(t, h.q.Rate(), "recovered: unpaced")
 	require.EqualValues(t, 1, h.stats.RateUnpaced.Load())
+}
+
+// sendFor keeps the QP sending for d of test time (a packet or more
+// every 100 us, as the pacer allows).
+func (h *qpt) sendFor(d time.Duration) {
+	h.t.Helper()
+	for end := h.now.Add(d); h.now.Before(end); h.advance(100 * time.Microsecond) {
+		if h.sq.Len() < 2 {
+			h.post(sendWR(9, 0, 4*testMTU))
+		}
+		if dl := h.q.Deadline(); !dl.IsZero() && !dl.After(h.now) {
+			_, _ = h.timer()
+		}
+		_, _ = h.runBudget(2 * testMTU)
+	}
 }
 
 // TestCNPFromElsewhere: a CNP for a connected QP from another address
@@ -320,16 +338,22 @@ func TestReadResponderLossCutsRate(t *testing.T) {
 		return hd
 	}
 	_, _ = h.receive(read(testRQPSN, 0, n), nil)
-	_, pkts := h.run()
-	require.Len(t, pkts, 10)
+	// The responses leave 10 us apart.
+	for i := range 10 {
+		if i > 0 {
+			h.advance(10 * time.Microsecond)
+		}
+		_, pkts := h.runBudget(1)
+		require.Len(t, pkts, 1)
+	}
 	require.Zero(t, h.q.Rate())
-	h.advance(100 * time.Microsecond)
-	// Responses 4.. were lost: the requester asks again from 4 after
-	// 100 us, so 4 responses (1 KiB) were delivered in 100 us.
+	h.advance(time.Millisecond)
+	// Responses 4.. were lost: the requester asks again from 4, after
+	// its timer; 4 of the 10 responses sent in 90 us got through.
 	_, _ = h.receive(read(testRQPSN+4, 4*testMTU, 6*testMTU), nil)
 	require.EqualValues(t, 1, h.stats.RateCuts.Load())
-	require.InDelta(t, 4*testMTU*8/100e-6, h.q.Rate(), 1, "the delivered rate, in bits per second")
-	_, pkts = h.run()
+	require.InDelta(t, 4*testMTU*8/90e-6, h.q.Rate(), 1, "the delivered rate, in bits per second")
+	_, pkts := h.run()
 	require.Len(t, pkts, 2, "paced: the bucket's RateBurst")
 	require.EqualValues(t, 2, h.stats.RetxPackets.Load())
 }

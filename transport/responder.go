@@ -498,9 +498,11 @@ func (r *Responder) readLost(q *QP, env *Env, res *resource, psn wire.PSN) {
 		return
 	}
 	// What the requester received in order since the last restart, over
-	// the time it took: the rate the path delivered.
+	// the time the responder took to send what it sent since (the
+	// requester may ask again only after its timer): the send rate times
+	// the share that got through, the rate the path delivered.
 	delivered := 0.0
-	if d := env.Now.Sub(res.runAt); d > 0 {
+	if d := q.rate.lastSent.Sub(res.runAt); d > 0 {
 		delivered = float64(uint32(psn.Diff(res.runFrom))*q.P.MTU) / d.Seconds()
 	}
 	q.rate.lossCut(env, delivered)
