@@ -31,6 +31,7 @@ type env struct {
 	gidx    int    // rxe0's RoCEv2 GID index
 	softhca string // the softhca binary
 	cmds    string // softhca's command list (softhca help)
+	tapQLen int    // the tap's txqueuelen, as read back once qemu attached
 
 	mu        sync.Mutex
 	results   []caseResult
@@ -158,6 +159,13 @@ func newEnv() (*env, error) {
 		return nil, err
 	}
 	logf("guest booted in %v (kernel %s)", e.vm.BootTime.Round(time.Millisecond), e.vm.Kernel)
+	// The cases run at the tap queue a real interface has (a txqueuelen
+	// of 1000): a sender that outruns the guest loses packets there.
+	if e.tapQLen, err = e.net.TapQueueLen(); err != nil || e.tapQLen != e.net.TxQueueLen {
+		e.close()
+		return nil, fmt.Errorf("the tap %s's txqueuelen is %d (%v), want %d", e.net.Tap, e.tapQLen, err, e.net.TxQueueLen)
+	}
+	logf("tap %s: txqueuelen %d", e.net.Tap, e.tapQLen)
 	e.gidx, err = e.vm.SetupRXE(ctx)
 	if err != nil {
 		e.close()
@@ -356,9 +364,10 @@ func (e *env) report() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "interop report: image %s (kernel %s, %d packages, %v), guest boot %v, set-up %v, total %v\n",
+	fmt.Fprintf(&b, "interop report: image %s (kernel %s, %d packages, %v), guest boot %v, set-up %v, total %v; tap %s txqueuelen %d\n",
 		e.img.Key, e.img.KernelVersion, len(e.img.Debs), e.img.BuildTime.Round(time.Millisecond),
-		e.vm.BootTime.Round(time.Millisecond), e.setup.Round(time.Millisecond), time.Since(e.began).Round(time.Second))
+		e.vm.BootTime.Round(time.Millisecond), e.setup.Round(time.Millisecond), time.Since(e.began).Round(time.Second),
+		e.net.Tap, e.tapQLen)
 	pass, fail, skip := 0, 0, 0
 	for _, r := range e.results {
 		st := "PASS"

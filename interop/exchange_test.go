@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/softhca/softhca/interop/agent"
+	"github.com/softhca/softhca/wire"
 )
 
 // endpoint is one side of an exchange: a command in the guest (argv), the
@@ -71,6 +72,8 @@ type exchangeResult struct {
 	softhca              Counters // softhca's, if its tool reported them
 	dropped              int      // packets the loss filter dropped
 	tapDropped           uint64   // packets the tap dropped on the way to the guest (its queue was full)
+	tapDropsBefore       uint64   // the tap's tx_dropped counter before the exchange
+	tapDropsAfter        uint64   // and after
 	elapsed              time.Duration
 	problems             []problem // what was wrong
 	diag                 []string  // the outputs, the capture, the counters, for a failure
@@ -103,6 +106,17 @@ func (r *exchangeResult) note() string {
 		s += "; RETRIED after: " + r.retried
 	}
 	return s
+}
+
+// congestionNote is note with the tap's drop counter before and after
+// the exchange always shown (ip -s link's TX dropped of the tap: packets
+// to the guest that found its queue full) and the CNPs the capture saw
+// each way (softhca's tools do not report their congestion counters).
+func (r *exchangeResult) congestionNote() string {
+	cnp := wire.CNP.String()
+	return fmt.Sprintf("tap TX dropped %d -> %d (+%d of %d pkts to the guest); CNPs h->g %d, g->h %d; %s",
+		r.tapDropsBefore, r.tapDropsAfter, r.tapDropped, r.capture.ToGuest.Packets,
+		r.capture.ToGuest.Ops[cnp], r.capture.FromGuest.Ops[cnp], r.note())
 }
 
 // run performs the exchange and checks it: both sides exit 0, their
@@ -239,7 +253,8 @@ func (e *env) attempt(t *testing.T, x exchange) *exchangeResult {
 		t.Fatalf("reading rxe0's counters: %v", err)
 	}
 	res.rxe = after.Sub(before)
-	res.tapDropped = tapTxDropped(e.net.Tap) - tapDropsBefore
+	res.tapDropsBefore, res.tapDropsAfter = tapDropsBefore, tapTxDropped(e.net.Tap)
+	res.tapDropped = res.tapDropsAfter - tapDropsBefore
 	for _, f := range []string{"server.json", "client.json"} {
 		if c, err := readStats(filepath.Join(statsDir, f)); err == nil {
 			if res.softhca == nil {

@@ -31,6 +31,7 @@ func TestInterop(t *testing.T) {
 	t.Run("pingpong", e.testPingpong)
 	t.Run("perftest", e.testPerftest)
 	t.Run("loss", e.testLoss)
+	t.Run("congestion", e.testCongestion)
 }
 
 // leaf starts a reported case. Once the run's time budget is spent
@@ -253,6 +254,7 @@ type pingpong struct {
 	events        bool
 	iters         int
 	loss          int // per mille
+	numQP         int // srq: -q; 0 for numQP
 }
 
 // numQP is the -q of the srq cases.
@@ -268,7 +270,11 @@ func (e *env) runPingpong(t *testing.T, pp pingpong) *exchangeResult {
 		common = append(common, "-m", strconv.Itoa(pp.mtu))
 	}
 	if pp.mode == "srq" {
-		common = append(common, "-q", strconv.Itoa(numQP))
+		q := pp.numQP
+		if q == 0 {
+			q = numQP
+		}
+		common = append(common, "-q", strconv.Itoa(q))
 	}
 	if pp.events {
 		common = append(common, "-e")
@@ -333,26 +339,34 @@ func (e *env) testPerftest(t *testing.T) {
 			t.Run(tc.name+"/"+role, func(t *testing.T) {
 				var note string
 				e.leaf(t, &note)
-				res := e.runPerf(t, tc.verb, tc.args, role == "softhca-server")
+				res := e.runPerf(t, tc.verb, tc.args, 4096, role == "softhca-server")
 				note = res.note()
 			})
 		}
 	}
 }
 
-// runPerf runs ib_<verb>_bw in the guest against softhca perf <verb>.
-func (e *env) runPerf(t *testing.T, verb string, args []string, softhcaServer bool) *exchangeResult {
+// runPerf runs ib_<verb>_bw in the guest against softhca perf <verb> at
+// path MTU mtu.
+func (e *env) runPerf(t *testing.T, verb string, args []string, mtu int, softhcaServer bool) *exchangeResult {
 	port := e.nextPort()
-	common := append([]string{"-p", strconv.Itoa(port), "-m", "4096"}, args...)
+	common := append([]string{"-p", strconv.Itoa(port), "-m", strconv.Itoa(mtu)}, args...)
 	guest := endpoint{guest: true, argv: append([]string{"ib_" + verb + "_bw", "-d", RXEDevice, "-x", strconv.Itoa(e.gidx), "-F"}, common...)}
 	host := endpoint{argv: append([]string{"perf", verb, "-x", "1"}, common...)}
-	iters := 0
+	iters, all := 0, false
 	for i, a := range args {
-		if a == "-n" {
+		switch a {
+		case "-n":
 			iters, _ = strconv.Atoi(args[i+1])
+		case "-a":
+			all = true
 		}
 	}
-	x := exchange{port: port, server: guest, client: host, check: ResponderCheck(), verify: perfVerify(iters)}
+	verify := perfVerify(iters)
+	if all {
+		verify = perfVerifyAll(iters)
+	}
+	x := exchange{port: port, server: guest, client: host, check: ResponderCheck(), verify: verify}
 	if softhcaServer {
 		x.server, x.client = host, guest
 		x.client.argv = append(x.client.argv, e.hostAddr().String())
@@ -380,6 +394,40 @@ func perfVerify(iters int) func(srv, cli string) []string {
 			if n, _ := strconv.Atoi(m[2]); n != iters {
 				p = append(p, fmt.Sprintf("%s: result row reports %s iterations, want %d", s.name, m[2], iters))
 			}
+		}
+		return p
+	}
+}
+
+// perfVerifyAll checks the result rows of a run with -a (every size from
+// 2 to 2^23 bytes): the client measures, so it prints a row per size;
+// the server of a write, read or atomic test prints the client's last
+// row (perftest exchanges the reports at the end).
+func perfVerifyAll(iters int) func(srv, cli string) []string {
+	return func(srv, cli string) []string {
+		var p []string
+		rows := perfResult.FindAllStringSubmatch(cli, -1)
+		var sizes []string
+		for size := 2; size <= 1<<23; size *= 2 {
+			sizes = append(sizes, strconv.Itoa(size))
+		}
+		if len(rows) != len(sizes) {
+			p = append(p, fmt.Sprintf("client: %d result rows, want %d (sizes 2 .. 8388608)", len(rows), len(sizes)))
+		}
+		for i, m := range rows {
+			if i < len(sizes) && m[1] != sizes[i] {
+				p = append(p, fmt.Sprintf("client: result row %d is for %s bytes, want %s", i+1, m[1], sizes[i]))
+			}
+			if n, _ := strconv.Atoi(m[2]); n != iters {
+				p = append(p, fmt.Sprintf("client: the row for %s bytes reports %s iterations, want %d", m[1], m[2], iters))
+			}
+		}
+		m := perfResult.FindStringSubmatch(srv)
+		switch {
+		case m == nil:
+			p = append(p, "server: no perftest result row (#bytes #iterations BW peak BW average MsgRate)")
+		case m[1] != sizes[len(sizes)-1] || m[2] != strconv.Itoa(iters):
+			p = append(p, fmt.Sprintf("server: result row for %s bytes, %s iterations, want %s bytes, %d iterations", m[1], m[2], sizes[len(sizes)-1], iters))
 		}
 		return p
 	}
@@ -415,3 +463,60 @@ func (e *env) testLoss(t *testing.T) {
 		})
 	}
 }
+
+// testCongestion runs, at the tap's default queue of 1000 packets, the
+// cases that overflowed it before softhca had congestion control (issue
+// 12): srq_pingpong over 16 QPs at 64 KiB, uc_pingpong at 1 MiB (UC
+// cannot recover a lost packet: a message that loses one is lost, and
+// pingpong then hangs) and ib_read_bw over every size up to 8 MiB, each
+// with softhca as client and as server, at path MTU 1024 (a 1500-byte
+// network: the most packets per message) and 4096. Each checks what the
+// other cases check; the report shows the tap's drop counter before and
+// after, and softhca's counters.
+func (e *env) testCongestion(t *testing.T) {
+	for _, mtu := range []int{1024, 4096} {
+		t.Run(fmt.Sprintf("mtu%d", mtu), func(t *testing.T) {
+			e.setMTU(t, mtu)
+			for _, role := range []string{"softhca-client", "softhca-server"} {
+				server := role == "softhca-server"
+				t.Run("srq-q16-65536/"+role, func(t *testing.T) {
+					var note string
+					e.leaf(t, &note)
+					if !e.hasCommand("pingpong") {
+						t.Fatal("the softhca binary has no pingpong command")
+					}
+					res := e.runPingpong(t, pingpong{mode: "srq", softhcaServer: server, size: 65536, mtu: mtu,
+						iters: congestionSRQIters, numQP: 16})
+					note = res.congestionNote()
+				})
+				t.Run("uc-1048576/"+role, func(t *testing.T) {
+					var note string
+					e.leaf(t, &note)
+					if !e.hasCommand("pingpong") {
+						t.Fatal("the softhca binary has no pingpong command")
+					}
+					res := e.runPingpong(t, pingpong{mode: "uc", softhcaServer: server, size: 1 << 20, mtu: mtu,
+						iters: congestionUCIters})
+					note = res.congestionNote()
+				})
+				t.Run("read-bw-all/"+role, func(t *testing.T) {
+					var note string
+					e.leaf(t, &note)
+					if !e.hasCommand("perf") {
+						t.Fatal("the softhca binary has no perf command")
+					}
+					res := e.runPerf(t, "read", []string{"-a", "-n", strconv.Itoa(congestionReadIters)}, mtu, server)
+					note = res.congestionNote()
+				})
+			}
+		})
+	}
+}
+
+// The congestion cases' iterations, chosen to keep each case within
+// about a minute under TCG.
+const (
+	congestionSRQIters  = 100 // srq_pingpong -q 16 -s 65536: 100 messages each way, over the 16 QPs
+	congestionUCIters   = 100 // uc_pingpong -s 1048576: 100 MiB each way
+	congestionReadIters = 5   // ib_read_bw -a: 5 READs of each size (perftest's least), 80 MiB in all
+)

@@ -21,19 +21,30 @@ type Net struct {
 	Host, Guest netip.Prefix
 	// MTU is the bridge's, the tap's and the guest's eth0's MTU.
 	MTU int
+	// TxQueueLen is the tap's txqueuelen: how many packets to the guest
+	// the tun device holds while qemu has not read them (its ring's
+	// size); more arriving while it is full are dropped (tx_dropped).
+	TxQueueLen int
 }
+
+// DefaultTxQueueLen is the tap's queue: Linux's default for a tun
+// device, and for an Ethernet interface, so the guest's network drops
+// what a real one would when a sender outruns the receiver.
+const DefaultTxQueueLen = 1000
 
 // Slot returns the network of slot n (0..9): bridge shbrN, tap shtapN,
 // host 10.77.N.1/24 and guest 10.77.N.2/24, MTU 9000 (rxe's path MTU 4096
 // needs more than 4096 + 80 bytes). The tests use slot 0 and the vm
-// command slot 1 by default, so the two do not clash.
+// command slot 1 by default, so the two do not clash. The tap's queue
+// is set explicitly to DefaultTxQueueLen packets.
 func Slot(n int) Net {
 	return Net{
-		Bridge: fmt.Sprintf("shbr%d", n),
-		Tap:    fmt.Sprintf("shtap%d", n),
-		Host:   netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 1}), 24),
-		Guest:  netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 2}), 24),
-		MTU:    9000,
+		Bridge:     fmt.Sprintf("shbr%d", n),
+		Tap:        fmt.Sprintf("shtap%d", n),
+		Host:       netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 1}), 24),
+		Guest:      netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 2}), 24),
+		MTU:        9000,
+		TxQueueLen: DefaultTxQueueLen,
 	}
 }
 
@@ -66,10 +77,16 @@ func (n Net) Up(ctx context.Context) error {
 		return fmt.Errorf("interface %s already has an address in %s: the guest network would clash with it; use another slot", ifc, n.Host.Masked())
 	}
 	mtu := strconv.Itoa(n.MTU)
+	qlen := n.TxQueueLen
+	if qlen == 0 {
+		qlen = DefaultTxQueueLen
+	}
 	steps := [][]string{
 		{"link", "add", "name", n.Bridge, "type", "bridge"},
 		{"tuntap", "add", "dev", n.Tap, "mode", "tap"},
 		{"link", "set", n.Tap, "mtu", mtu},
+		// Before qemu attaches: the tun device sizes its ring from it.
+		{"link", "set", n.Tap, "txqueuelen", strconv.Itoa(qlen)},
 		{"link", "set", n.Tap, "master", n.Bridge},
 		{"link", "set", n.Bridge, "mtu", mtu},
 		{"addr", "add", n.Host.String(), "dev", n.Bridge},
@@ -98,6 +115,15 @@ func (n *Net) SetMTU(ctx context.Context, mtu int) error {
 	}
 	n.MTU = mtu
 	return nil
+}
+
+// TapQueueLen reads the tap's txqueuelen as the kernel has it.
+func (n Net) TapQueueLen() (int, error) {
+	b, err := os.ReadFile(filepath.Join("/sys/class/net", n.Tap, "tx_queue_len"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
 // Down removes the tap and the bridge; missing ones are not an error.
