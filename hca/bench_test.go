@@ -118,8 +118,9 @@ func BenchmarkRCSend64(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 	sx, sy := x.dev.TransportStats(), y.dev.TransportStats()
-	b.Logf("N=%d requester: tx %d rx %d rnr %d timeouts %d retransmits %d; responder: tx %d acks %d drops %v", b.N,
-		sx.TxPackets, sx.RxPackets, sx.RNRNAKsReceived, sx.RetryTimeouts, sx.Retransmits, sy.TxPackets, sy.AcksSent, sy.DropNames())
+	b.Logf("N=%d requester: tx %d rx %d rnr %d timeouts %d retransmits %d window cuts %d device waits %d drops %v; responder: tx %d acks %d drops %v", b.N,
+		sx.TxPackets, sx.RxPackets, sx.RNRNAKsReceived, sx.RetryTimeouts, sx.Retransmits, sx.WindowCuts, sx.DeviceWaits, sx.DropNames(),
+		sy.TxPackets, sy.AcksSent, sy.DropNames())
 }
 
 // BenchmarkRCPingPong64: one 64-byte RC SEND each way per iteration, both

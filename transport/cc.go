@@ -124,18 +124,41 @@ func (c CCConfig) withDefaults() CCConfig {
 // and the device window. Every QP's protocol calls reach it through Env.
 type Congestion struct {
 	cfg CCConfig
-	// inflight is the sum of the QPs' packets in flight (window.held).
-	inflight atomic.Int64
+	// inflight holds the QPs' packets in flight (window.held), one
+	// counter per worker, each on its own cache line: a worker writes
+	// only its own, and the device window is their sum.
+	inflight []paddedCount
 }
 
+type paddedCount struct {
+	n atomic.Int64
+	_ [56]byte
+}
+
+// ccShards is how many counters a Congestion keeps: QPs of workers
+// beyond it share them.
+const ccShards = 8
+
 // NewCongestion returns the congestion state of a device.
-func NewCongestion(cfg CCConfig) *Congestion { return &Congestion{cfg: cfg.withDefaults()} }
+func NewCongestion(cfg CCConfig) *Congestion { return newCongestion(cfg, 1) }
+
+// newCongestion returns the congestion state of a device whose QPs run
+// on shards workers.
+func newCongestion(cfg CCConfig, shards int) *Congestion {
+	return &Congestion{cfg: cfg.withDefaults(), inflight: make([]paddedCount, min(max(shards, 1), ccShards))}
+}
 
 // Config returns the configuration with its defaults.
 func (c *Congestion) Config() CCConfig { return c.cfg }
 
 // InFlight returns the RC packets in flight across the device.
-func (c *Congestion) InFlight() int { return int(c.inflight.Load()) }
+func (c *Congestion) InFlight() int {
+	n := int64(0)
+	for i := range c.inflight {
+		n += c.inflight[i].n.Load()
+	}
+	return int(n)
+}
 
 // defaultCongestion serves protocol calls whose Env has none (unit
 // tests): defaults, no device window.
@@ -157,10 +180,11 @@ type window struct {
 	recover wire.PSN
 	cut     bool
 	dupAcks int
-	// held is what this QP counts in the device window; dev is that
-	// device (nil until the first count).
-	held int
-	dev  *Congestion
+	// held is what this QP counts in the device window, in dev's
+	// counter shard (dev nil until the first count).
+	held  int
+	dev   *Congestion
+	shard int
 }
 
 // size returns the window in packets.
@@ -227,10 +251,10 @@ func (w *window) settle(env *Env, inflight int) {
 		if env.CC == nil {
 			return
 		}
-		w.dev = env.CC
+		w.dev, w.shard = env.CC, env.CCShard%len(env.CC.inflight)
 	}
 	if d := inflight - w.held; d != 0 {
-		w.dev.inflight.Add(int64(d))
+		w.dev.inflight[w.shard].n.Add(int64(d))
 		w.held = inflight
 	}
 }
@@ -239,20 +263,19 @@ func (w *window) settle(env *Env, inflight int) {
 // stopped sending: SQE, ERR, RESET).
 func (w *window) release() {
 	if w.dev != nil && w.held != 0 {
-		w.dev.inflight.Add(int64(-w.held))
+		w.dev.inflight[w.shard].n.Add(int64(-w.held))
 	}
 	w.held = 0
 }
 
-// deviceRoom reports whether the device window has room for another
-// packet of this QP, which already built sentNow packets not yet
-// counted.
-func (w *window) deviceRoom(env *Env, sentNow int) bool {
+// deviceRoom returns how many more packets the device window lets the
+// QPs send now (a large number without a device window).
+func (w *window) deviceRoom(env *Env) int {
 	c := env.CC
 	if c == nil || c.cfg.DeviceWindow < 0 {
-		return true
+		return Unlimited
 	}
-	return c.inflight.Load()+int64(sentNow) < int64(c.cfg.DeviceWindow)
+	return c.cfg.DeviceWindow - c.InFlight()
 }
 
 // rateControl is a QP's DCQCN reaction point and pacer, and its
@@ -274,6 +297,7 @@ type rateControl struct {
 	// measurePeriod.
 	measured   float64
 	measBytes  float64
+	measPkts   uint32
 	measureAt  time.Time
 	lastCNP    time.Time
 	cnpEverSet bool
@@ -301,6 +325,9 @@ func (rc *rateControl) sent(env *Env, size int) {
 		rc.measureAt = env.Now
 		return
 	}
+	if rc.measPkts++; rc.measPkts&7 != 0 {
+		return // the clock is read every 8th packet
+	}
 	if d := env.Now.Sub(rc.measureAt); d >= measurePeriod {
 		rc.measured = max(rc.measBytes/d.Seconds(), rc.measured*0.9)
 		rc.measBytes, rc.measureAt = 0, env.Now
@@ -310,7 +337,9 @@ func (rc *rateControl) sent(env *Env, size int) {
 // allow reports whether the pacer lets the QP build another packet now;
 // if not, waitUntil says when it will.
 func (rc *rateControl) allow(env *Env) bool {
-	rc.waitUntil = time.Time{} // Run is running: the wait, if any, is over
+	if !rc.waitUntil.IsZero() {
+		rc.waitUntil = time.Time{} // Run is running: the wait, if any, is over
+	}
 	if !rc.paced {
 		return true
 	}

@@ -148,12 +148,12 @@ func NewEngine(cfg Config) *Engine {
 	if cfg.Buffers <= 0 {
 		cfg.Buffers = cfg.Workers*cfg.QueueLen + rxBatchLen
 	}
-	e := &Engine{cfg: cfg, done: make(chan struct{}), cc: NewCongestion(cfg.CC)}
+	e := &Engine{cfg: cfg, done: make(chan struct{}), cc: newCongestion(cfg.CC, cfg.Workers)}
 	e.poller, _ = cfg.Link.(link.Poller)
 	e.readyFn = e.ready
 	e.pool.init(cfg.Buffers)
 	for range cfg.Workers {
-		w := newWorker(e, cfg.QueueLen)
+		w := newWorker(e, len(e.workers), cfg.QueueLen)
 		e.workers = append(e.workers, w)
 		e.wg.Add(1)
 		go w.run()

@@ -61,6 +61,9 @@ type Env struct {
 	// CC is the device's congestion state (its configuration and device
 	// window); nil takes the defaults with no device window.
 	CC *Congestion
+	// CCShard is the device window counter this call's QPs count in (the
+	// worker's index: each worker writes only its own).
+	CCShard int
 	// Budget is how many bytes of packets Run may still build for this
 	// QP in this call (requester packets and READ responses together):
 	// Run stops once it is spent and reports More. Unlimited for no

@@ -142,6 +142,9 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 	sqd := q.state == verbs.QPStateSQD
 	r.deviceWait = time.Time{}
 	built := 0 // new packets built in this call (not yet in the device window)
+	// The device window's room, read once a Run (a soft bound: the
+	// other workers' QPs may take some of it meanwhile).
+	room := r.win.deviceRoom(env)
 	for r.next < q.SQ.Len() {
 		w := q.SQ.At(r.next)
 		if w.state == WQEFailed {
@@ -175,7 +178,7 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 			if int(r.psn.Diff(r.ackPSN)) >= r.win.size(env) {
 				break
 			}
-			if r.psn == r.maxPSN && !r.win.deviceRoom(env, built) {
+			if r.psn == r.maxPSN && built >= room {
 				// The device has as many packets in flight as it
 				// allows: look again shortly (acknowledgements to any
 				// QP make room).
@@ -209,7 +212,7 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 		// the requester asks for an ACK, as the one filling the window
 		// does: the responder acknowledges only what asks (rxe), and
 		// without it the requester would wait for its transport timer.
-		stops := !r.win.deviceRoom(env, built) || !q.rate.hasRoomAfter(q.P.MTU)
+		stops := (q.P.Type == verbs.QPTypeRC && built >= room) || !q.rate.hasRoomAfter(q.P.MTU)
 		if !r.sendPacket(q, env, w, stops) {
 			break
 		}

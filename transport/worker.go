@@ -154,10 +154,10 @@ type worker struct {
 	inlineBytes int
 }
 
-func newWorker(e *Engine, queueLen int) *worker {
+func newWorker(e *Engine, index, queueLen int) *worker {
 	w := &worker{e: e, notify: make(chan struct{}, 1), rxq: make([]pktEvent, queueLen),
 		batch: make([]pktEvent, 0, queueLen), freed: make([]*rxBuf, 0, rxBatchLen)}
-	w.turn = Turn{w: w, env: Env{Out: w, Mem: e.cfg.Mem, Stats: &e.c, CC: e.cc}}
+	w.turn = Turn{w: w, env: Env{Out: w, Mem: e.cfg.Mem, Stats: &e.c, CC: e.cc, CCShard: index}}
 	w.txBufs = make([][]byte, txBatch)
 	for i := range w.txBufs {
 		w.txBufs[i] = make([]byte, link.MaxPacketSize)
