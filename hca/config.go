@@ -99,7 +99,7 @@ type Congestion struct {
 	// in packets: defaults 16 and 8 (at most 128, the PSN window).
 	InitialWindow, MinWindow int
 	// DeviceWindow bounds the RC packets in flight across the device:
-	// default 512, half of a default 1000-packet interface queue.
+	// default 256, a quarter of a default 1000-packet interface queue.
 	DeviceWindow int
 	// LineRate, in bits per second, is the rate pacing starts from and
 	// recovers to after a congestion signal; 0 (the default): the rate
