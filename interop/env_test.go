@@ -161,9 +161,13 @@ func newEnv() (*env, error) {
 	logf("guest booted in %v (kernel %s)", e.vm.BootTime.Round(time.Millisecond), e.vm.Kernel)
 	// The cases run at the tap queue a real interface has (a txqueuelen
 	// of 1000): a sender that outruns the guest loses packets there.
-	if e.tapQLen, err = e.net.TapQueueLen(); err != nil || e.tapQLen != e.net.TxQueueLen {
+	if e.tapQLen, err = e.net.TapQueueLen(); err != nil {
 		e.close()
-		return nil, fmt.Errorf("the tap %s's txqueuelen is %d (%v), want %d", e.net.Tap, e.tapQLen, err, e.net.TxQueueLen)
+		return nil, fmt.Errorf("the tap %s's txqueuelen: %w", e.net.Tap, err)
+	}
+	if e.tapQLen != e.net.TxQueueLen {
+		e.close()
+		return nil, fmt.Errorf("the tap %s's txqueuelen is %d, want %d", e.net.Tap, e.tapQLen, e.net.TxQueueLen)
 	}
 	logf("tap %s: txqueuelen %d", e.net.Tap, e.tapQLen)
 	e.gidx, err = e.vm.SetupRXE(ctx)
