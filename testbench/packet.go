@@ -71,6 +71,11 @@ func FromPort(port uint16) Fault { return func(i *injection) { i.net.SrcPort = p
 // the ICRC is computed.
 func Edit(f func(pkt []byte)) Fault { return func(i *injection) { i.edit = f } }
 
+// TrafficClass sets the IP header's traffic class (IPv4 TOS) the packet
+// arrives with: its low two bits are the ECN field (0b11: CE, a queue on
+// the way marked it).
+func TrafficClass(tc uint8) Fault { return func(i *injection) { i.net.TrafficClass = tc } }
+
 // build encodes p for the network fields n with the faults applied.
 func build(p *Pkt, n wire.Net, faults []Fault) ([]byte, wire.Net) {
 	inj := injection{net: n, pad: -1}
