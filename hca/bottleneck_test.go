@@ -450,3 +450,34 @@ func TestECN(t *testing.T) {
 		bnRequireLess(t, float64(f.retx), 0.05*float64(f.sent), "retransmitted packets under 5% of the packets sent")
 	})
 }
+
+// TestDeviceRate: the same bottleneck, without ECN, and a sender whose
+// device rate (Congestion.DeviceRate) is 90% of the path's: UC messages of
+// 1 MiB sent back to back, which overflow the queue unpaced (TestBottleneck's
+// uc-stream), lose under 1% of the messages, and the queue drops nothing
+// (asserted without the race detector, see bnScale).
+func TestDeviceRate(t *testing.T) {
+	rate, div := bnScale()
+	p := netpath.ForTest(t, netpath.Options{Rate: rate, QueuePackets: 1000, MTU: 1500})
+	a := openBottleneckSide(t, p, 0, hca.Config{Congestion: hca.Congestion{DeviceRate: float64(rate) * 0.9}})
+	b := openBottleneckSide(t, p, 1, hca.Config{})
+	const MiB = 1 << 20
+	const slots = 16
+	n := 100 / div
+	before := bnMeasure(t, p, a, b)
+	qa, qb := bnQPs(t, a, b, 1, verbs.QPTypeUC, verbs.MTU1024)
+	for i := range n + 1 {
+		_, err := qb[0].PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.mr.SGE(i%slots*MiB, MiB)}})
+		require.NoError(t, err)
+	}
+	start := time.Now()
+	got, _ := ucStream(t, a, b, qa[0], n)
+	el := time.Since(start)
+	f := bnMeasure(t, p, a, b).sub(before)
+	st := a.dev.TransportStats()
+	t.Logf("UC stream at a device rate of %.0f Mbit/s: %d of %d messages of 1 MiB arrived (%.1f%% lost) in %v (%.0f Mbit/s of messages); %d device rate waits; %v",
+		float64(rate)*0.9/1e6, got, n, 100*float64(n-got)/float64(n), el.Round(time.Millisecond), float64(got)*MiB*8/el.Seconds()/1e6, st.DeviceRateWaits, f)
+	require.Positive(t, st.DeviceRateWaits, "the device rate paced the sender")
+	bnRequireLess(t, float64(n-got), 0.01*float64(n), "UC loses under 1% of its messages")
+	bnRequireLess(t, float64(f.queueDrops), 1, "the queue drops nothing")
+}

@@ -124,6 +124,13 @@ type Congestion struct {
 	// ECN-capable queues drop them instead of marking them. (A link/udp
 	// link also needs udp.Config.ECN for its socket to set it.)
 	NoECT bool
+	// DeviceRate, in bits per second, paces everything the device's QPs
+	// send (requests, READ responses, UC and UD messages), together, in
+	// bursts of at most RateBurst bytes. It is for a path that gives no
+	// congestion feedback and drains slower than this machine sends:
+	// UC to a peer that sends no CNPs (rxe does not) behind a slow link
+	// or virtual machine. 0 (the default): no device rate.
+	DeviceRate float64
 }
 
 // transport returns the transport's form of c.
@@ -133,6 +140,7 @@ func (c Congestion) transport() transport.CCConfig {
 		LineRate: c.LineRate, MinRate: c.MinRate, RateBurst: c.RateBurst,
 		RateIncreasePeriod: c.RateIncreasePeriod, AdditiveIncrease: c.AdditiveIncrease,
 		HyperIncrease: c.HyperIncrease, CNPInterval: c.CNPInterval, RateCutInterval: c.RateCutInterval,
+		DeviceRate: c.DeviceRate,
 	}
 }
 

@@ -33,6 +33,11 @@ import (
 //   - the device window: packets of every RC QP of the device sent and
 //     not acknowledged (CCConfig.DeviceWindow), so that all QPs' windows
 //     together stay below the queue a path can hold.
+//   - the device rate (CCConfig.DeviceRate, off by default): the bytes
+//     every QP of the device builds (requests, READ responses, UC and UD
+//     messages; not ACKs and CNPs), paced at one rate. It is the bound
+//     for a path that gives no feedback: a UC peer that sends no CNP
+//     (rxe) behind a queue that drains slower than this machine sends.
 //
 // A QP that receives a packet marked CE (ECN 0b11) answers with a CNP
 // (BTH opcode 0x81, RoCEv2 annex A17.9) to its peer QP, at most one per
@@ -80,6 +85,10 @@ type CCConfig struct {
 	// for CNPs: the CNPs that answer the marks of one burst ask for the
 	// same cut. Default 300 us (a RateIncreasePeriod).
 	RateCutInterval time.Duration
+	// DeviceRate, in bits per second, paces everything the device's QPs
+	// send, together, with bursts of RateBurst bytes. 0 (the default): no
+	// device rate.
+	DeviceRate float64
 }
 
 // withDefaults returns c with every unset field given its default.
@@ -128,6 +137,107 @@ type Congestion struct {
 	// counter per worker, each on its own cache line: a worker writes
 	// only its own, and the device window is their sum.
 	inflight []paddedCount
+	// pacer is the device rate, shared by every worker.
+	pacer devicePacer
+}
+
+// devicePacer paces the device's packets at CCConfig.DeviceRate with the
+// generic cell rate algorithm (a token bucket kept as one number, so that
+// every worker updates it with a compare-and-swap): tat is the time, in
+// Unix nanoseconds of the device's clock, at which everything sent so far
+// will have left at the rate; a packet may leave while tat is at most
+// burst ahead of now.
+type devicePacer struct {
+	nsPerByte float64 // 0: no device rate
+	burst     int64   // ns
+	_         [48]byte
+	tat       atomic.Int64
+}
+
+// maxHeaders bounds the headers of a packet the pacers charge (BTH,
+// RETH or AtomicETH or DETH, ImmDt, ICRC): a QP stopped by the device
+// rate pays in advance for its MTU plus these.
+const maxHeaders = 64
+
+// maxPacerLead bounds how far ahead of now tat may be: a wall clock set
+// back (or a clock swapped in tests) must not stop the device for long.
+const maxPacerLead = int64(time.Second)
+
+func newDevicePacer(c *CCConfig) devicePacer {
+	if c.DeviceRate <= 0 {
+		return devicePacer{}
+	}
+	ns := 8e9 / c.DeviceRate
+	return devicePacer{nsPerByte: ns, burst: int64(float64(c.RateBurst) * ns)}
+}
+
+// wait returns how long the device rate holds a packet of n more bytes
+// than the bucket allows now (0: it may leave).
+func (p *devicePacer) wait(now time.Time, n int) time.Duration {
+	if p.nsPerByte == 0 {
+		return 0
+	}
+	t := now.UnixNano()
+	tat := p.tat.Load()
+	if lead := tat + int64(float64(n)*p.nsPerByte) - t; lead > p.burst && tat-t < maxPacerLead {
+		return time.Duration(lead - p.burst)
+	}
+	return 0
+}
+
+// reserve returns 0 if a packet may leave now; otherwise it pays for n
+// bytes in advance and returns when the packet may leave. The QPs the
+// device rate stops thus leave in the order they were stopped: a QP
+// whose turn comes does not find the room taken by one that happened to
+// run first.
+func (p *devicePacer) reserve(now time.Time, n int) time.Duration {
+	if p.nsPerByte == 0 {
+		return 0
+	}
+	t := now.UnixNano()
+	cost := int64(float64(n) * p.nsPerByte)
+	for {
+		old := p.tat.Load()
+		lead := old - t
+		if lead <= p.burst || lead >= maxPacerLead {
+			return 0
+		}
+		if p.tat.CompareAndSwap(old, old+cost) {
+			return time.Duration(lead - p.burst)
+		}
+	}
+}
+
+// settle charges n more bytes than a reservation paid for, or gives
+// back -n bytes it paid for and did not use.
+func (p *devicePacer) settle(now time.Time, n int) {
+	if p.nsPerByte == 0 || n == 0 {
+		return
+	}
+	if n > 0 {
+		p.sent(now, n)
+		return
+	}
+	p.tat.Add(-int64(float64(-n) * p.nsPerByte))
+}
+
+// sent charges n bytes sent at now.
+func (p *devicePacer) sent(now time.Time, n int) {
+	if p.nsPerByte == 0 {
+		return
+	}
+	t := now.UnixNano()
+	cost := int64(float64(n) * p.nsPerByte)
+	for {
+		old := p.tat.Load()
+		next := max(old, t) + cost
+		if old-t >= maxPacerLead {
+			next = t + cost
+		}
+		if p.tat.CompareAndSwap(old, next) {
+			return
+		}
+	}
 }
 
 type paddedCount struct {
@@ -145,7 +255,9 @@ func NewCongestion(cfg CCConfig) *Congestion { return newCongestion(cfg, 1) }
 // newCongestion returns the congestion state of a device whose QPs run
 // on shards workers.
 func newCongestion(cfg CCConfig, shards int) *Congestion {
-	return &Congestion{cfg: cfg.withDefaults(), inflight: make([]paddedCount, min(max(shards, 1), ccShards))}
+	c := &Congestion{cfg: cfg.withDefaults(), inflight: make([]paddedCount, min(max(shards, 1), ccShards))}
+	c.pacer = newDevicePacer(&c.cfg)
+	return c
 }
 
 // Config returns the configuration with its defaults.
@@ -303,6 +415,10 @@ type rateControl struct {
 	cnpEverSet bool
 	cutAt      time.Time // the last cut
 	lastSent   time.Time // when the QP last built a packet
+	// The device rate: bytes paid for in advance, for a packet that may
+	// leave from devSlot on.
+	devReserved int
+	devSlot     time.Time
 }
 
 const measurePeriod = 200 * time.Microsecond
@@ -316,6 +432,14 @@ const quietPeriods = 10
 // period), so that pauses between bursts do not hide how fast the QP
 // sends.
 func (rc *rateControl) sent(env *Env, size int) {
+	if rc.devReserved > 0 {
+		// Paid for when the device rate stopped the QP (for the
+		// largest packet: what this one did not use goes back).
+		env.cc().pacer.settle(env.Now, size-rc.devReserved)
+		rc.devReserved = 0
+	} else {
+		env.cc().pacer.sent(env.Now, size)
+	}
 	rc.lastSent = env.Now
 	if rc.paced {
 		rc.tokens -= float64(size)
@@ -334,11 +458,25 @@ func (rc *rateControl) sent(env *Env, size int) {
 	}
 }
 
-// allow reports whether the pacer lets the QP build another packet now;
-// if not, waitUntil says when it will.
-func (rc *rateControl) allow(env *Env) bool {
+// allow reports whether the pacers let the QP build another packet, of
+// at most maxSize bytes, now; if not, waitUntil says when they will.
+func (rc *rateControl) allow(env *Env, maxSize int) bool {
 	if !rc.waitUntil.IsZero() {
 		rc.waitUntil = time.Time{} // Run is running: the wait, if any, is over
+	}
+	switch {
+	case rc.devReserved > 0:
+		if env.Now.Before(rc.devSlot) {
+			rc.waitUntil = rc.devSlot // run early (an ACK): the turn has not come
+			return false
+		}
+	default:
+		if wait := env.cc().pacer.reserve(env.Now, maxSize); wait > 0 {
+			rc.devReserved, rc.devSlot = maxSize, env.Now.Add(wait)
+			rc.waitUntil = rc.devSlot
+			env.Stats.DeviceRateWaits.Add(1)
+			return false
+		}
 	}
 	if !rc.paced {
 		return true
@@ -361,9 +499,12 @@ func (rc *rateControl) allow(env *Env) bool {
 	return false
 }
 
-// hasRoomAfter reports whether the pacer will let another packet go
-// after one of n bytes (an estimate: the bucket refills meanwhile).
-func (rc *rateControl) hasRoomAfter(n uint32) bool {
+// hasRoomAfter reports whether the pacers will let another packet go
+// after one of n bytes (an estimate: the buckets refill meanwhile).
+func (rc *rateControl) hasRoomAfter(env *Env, n uint32) bool {
+	if env.cc().pacer.wait(env.Now, int(n)) > 0 {
+		return false
+	}
 	return !rc.paced || rc.tokens > float64(n)
 }
 

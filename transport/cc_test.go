@@ -403,3 +403,76 @@ func TestPacedQPRunsAfterCNP(t *testing.T) {
 	_, pkts = h.run()
 	require.NotEmpty(t, pkts)
 }
+
+// TestDeviceRate: with CCConfig.DeviceRate, the device's QPs together
+// send a burst of RateBurst bytes, then at the rate: two UC QPs that
+// always have something to send, run whenever their deadlines come over
+// 50 ms of the test's clock, send the rate's bytes (within one packet of
+// the burst), each waiting its turn.
+func TestDeviceRate(t *testing.T) {
+	const rate = 10e6 // bit/s: 62.5 KB in 50 ms, less than the 128 KiB posted
+	const burst = 8 * testMTU
+	cc := NewCongestion(CCConfig{DeviceRate: rate, RateBurst: burst, DeviceWindow: -1})
+	qps := []*qpt{newQPT(t, defaultParams(verbs.QPTypeUC)), newQPT(t, defaultParams(verbs.QPTypeUC))}
+	start := qps[0].now
+	for _, h := range qps {
+		h.cc, h.now = cc, start
+		for i := range 4 {
+			h.post(sendWR(uint64(i), 0, 64*testMTU))
+		}
+	}
+	bytes, pkts := 0, 0
+	perQP := [2]int{}
+	count := func(i int, out []sent) {
+		for _, s := range out {
+			bytes += len(s.raw)
+			perQP[i] += len(s.raw)
+			pkts++
+		}
+	}
+	// At the start: one burst between them.
+	_, out := qps[0].run()
+	count(0, out)
+	first := len(out)
+	require.Positive(t, first)
+	require.Less(t, first, 64, "the first QP stopped within its message")
+	_, out = qps[1].run()
+	require.Empty(t, out, "the burst is the device's, not each QP's")
+	pktSize := bytes / first
+	require.Equal(t, burst/pktSize+1, first, "a packet leaves while at most RateBurst bytes are ahead of the rate")
+
+	end := start.Add(50 * time.Millisecond)
+	now := start
+	for {
+		next := time.Time{}
+		for _, h := range qps {
+			if d := h.q.Deadline(); !d.IsZero() && (next.IsZero() || d.Before(next)) {
+				next = d
+			}
+		}
+		require.False(t, next.IsZero(), "a QP the device rate stopped has a deadline")
+		if next.After(end) {
+			break
+		}
+		now = next
+		for i, h := range qps {
+			h.now = now
+			if d := h.q.Deadline(); !d.IsZero() && !now.Before(d) {
+				fx, _ := h.timer()
+				if fx.Run {
+					_, out := h.run()
+					count(i, out)
+				}
+			}
+		}
+	}
+	want := rate / 8 * end.Sub(start).Seconds()
+	require.InDelta(t, want+burst, float64(bytes), float64(2*pktSize), "sent: the burst and 50 ms at the rate")
+	require.Positive(t, qps[0].stats.DeviceRateWaits.Load()+qps[1].stats.DeviceRateWaits.Load())
+	// The QPs take turns in the order the rate stopped them: qps[0], run
+	// first whenever both are due, does not take every turn.
+	require.InDelta(t, perQP[0], perQP[1], float64(burst+2*pktSize), "each QP's bytes %v", perQP)
+	for _, h := range qps {
+		require.NotEmpty(t, h.scq.wcs, "messages of both completed")
+	}
+}

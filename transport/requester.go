@@ -191,7 +191,7 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 			fx.More = true
 			break
 		}
-		if !q.rate.allow(env) {
+		if !q.rate.allow(env, int(q.P.MTU)+maxHeaders) {
 			break // Deadline says when the pacer lets it go on
 		}
 		if w.state == WQEPosted {
@@ -212,7 +212,7 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 		// the requester asks for an ACK, as the one filling the window
 		// does: the responder acknowledges only what asks (rxe), and
 		// without it the requester would wait for its transport timer.
-		stops := (q.P.Type == verbs.QPTypeRC && built >= room) || !q.rate.hasRoomAfter(q.P.MTU)
+		stops := (q.P.Type == verbs.QPTypeRC && built >= room) || !q.rate.hasRoomAfter(env, q.P.MTU)
 		if !r.sendPacket(q, env, w, stops) {
 			break
 		}

@@ -536,7 +536,7 @@ func (r *Responder) runReadReply(q *QP, env *Env, fx *Effects) {
 			fx.More = true
 			return
 		}
-		if !q.rate.allow(env) {
+		if !q.rate.allow(env, int(q.P.MTU)+maxHeaders) {
 			return // Deadline says when the pacer lets it go on
 		}
 		i := uint32(r.replyPSN.Diff(res.firstPSN))

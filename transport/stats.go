@@ -101,6 +101,7 @@ type Counters struct {
 	RateUnpaced     atomic.Uint64 // QPs whose rate recovered fully: pacing ended
 	PacerWaits      atomic.Uint64 // times a QP's rate stopped it until later
 	DeviceWaits     atomic.Uint64 // times the device window stopped a QP
+	DeviceRateWaits atomic.Uint64 // times the device rate stopped a QP until later
 	CEReceived      atomic.Uint64 // packets received marked CE (ECN)
 	CNPsSent        atomic.Uint64 // CNPs sent, for CE marks and for UC losses
 	LossCNPs        atomic.Uint64 // of those, CNPs for packets a UC QP saw lost
@@ -123,7 +124,7 @@ type Stats struct {
 	// Congestion control.
 	RetransmittedPackets, WindowIncreases, WindowCuts uint64
 	RateCuts, RateIncreases, RateUnpaced              uint64
-	PacerWaits, DeviceWaits                           uint64
+	PacerWaits, DeviceWaits, DeviceRateWaits          uint64
 	CEReceived, CNPsSent, LossCNPs, CNPsReceived      uint64
 }
 
@@ -143,7 +144,7 @@ func (c *Counters) Snapshot() Stats {
 	s.AcksSent, s.DuplicatesAnswered = c.AcksSent.Load(), c.DupAnswered.Load()
 	s.RetransmittedPackets, s.WindowIncreases, s.WindowCuts = c.RetxPackets.Load(), c.WindowIncreases.Load(), c.WindowCuts.Load()
 	s.RateCuts, s.RateIncreases, s.RateUnpaced = c.RateCuts.Load(), c.RateIncreases.Load(), c.RateUnpaced.Load()
-	s.PacerWaits, s.DeviceWaits = c.PacerWaits.Load(), c.DeviceWaits.Load()
+	s.PacerWaits, s.DeviceWaits, s.DeviceRateWaits = c.PacerWaits.Load(), c.DeviceWaits.Load(), c.DeviceRateWaits.Load()
 	s.CEReceived, s.CNPsSent, s.LossCNPs, s.CNPsReceived = c.CEReceived.Load(), c.CNPsSent.Load(), c.LossCNPs.Load(), c.CNPsReceived.Load()
 	return s
 }

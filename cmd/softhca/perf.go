@@ -64,6 +64,7 @@ Examples:
 
 With SOFTHCA_STATS=<file> in the environment, the device's transport
 counters are written to file as JSON at the end, as pingpong does.
+` + rateHelp + `
 
 Exit status: 0 when the test ran, 1 when it failed, 2 on usage errors.
 `
@@ -103,9 +104,14 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
 		return exitUsage
 	}
+	rate, err := rateFromEnv()
+	if err != nil {
+		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
+		return exitUsage
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := perftest.Run(ctx, perftest.Config{Options: o, Stdout: stdout, Stderr: stderr, Listening: perfListening})
+	res, err := perftest.Run(ctx, perftest.Config{Options: o, Stdout: stdout, Stderr: stderr, Listening: perfListening, DeviceRate: rate})
 	if perfDone != nil {
 		perfDone(o, res)
 	}

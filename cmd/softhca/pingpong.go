@@ -58,7 +58,7 @@ softhca's choices (rdma-core finds them in the kernel):
 Exit status: 0 on success; 1 on any failure or bad usage, as rdma-core.
 With SOFTHCA_STATS=<file> in the environment, the device's transport
 counters are written to <file> as JSON when the run ends.
-`
+` + rateHelp
 
 // pingpongOpt is one option of a pingpong command.
 type pingpongOpt struct {
@@ -421,6 +421,10 @@ func pingpongMain(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	}
 	// The interop harness reads the device's counters from here.
 	cfg.StatsFile = os.Getenv("SOFTHCA_STATS")
+	if cfg.DeviceRate, err = rateFromEnv(); err != nil {
+		fmt.Fprintf(stderr, "softhca pingpong: %v\n", err)
+		return exitFailure
+	}
 	if adjust != nil {
 		adjust(&cfg)
 	}

@@ -22,6 +22,9 @@ import (
 // Config is one run of a test, as server or client.
 type Config struct {
 	Options *Options
+	// DeviceRate is the device's pacing rate in bits per second
+	// (hca.Congestion.DeviceRate); 0: none.
+	DeviceRate float64
 	// Stdout receives the banner and the result tables, Stderr notes.
 	Stdout, Stderr io.Writer
 
@@ -255,7 +258,8 @@ func (s *session) openDevice() error {
 	}
 	var pattr verbs.PortAttr
 	pattr.ActiveMTU = hca.ActiveMTUFor(local.Src)
-	s.dev, err = hca.Open(hca.Config{Name: name, Link: lk, PeerPort: s.peerPort, PortAttr: pattr})
+	s.dev, err = hca.Open(hca.Config{Name: name, Link: lk, PeerPort: s.peerPort, PortAttr: pattr,
+		Congestion: hca.Congestion{DeviceRate: s.cfg.DeviceRate}})
 	if err != nil {
 		lk.Close()
 		return fmt.Errorf("cannot open the device: %w", err)
@@ -460,9 +464,9 @@ func (s *session) close() {
 		fmt.Fprintf(s.cfg.Stderr, "transport: %d packets sent, %d received; %d retransmitted (%d timeouts); RNR NAKs %d sent, %d received; sequence NAKs %d sent, %d received; %d ACKs sent; %d duplicates answered; drops %v\n",
 			st.TxPackets, st.RxPackets, st.Retransmits, st.RetryTimeouts, st.RNRNAKsSent, st.RNRNAKsReceived,
 			st.SeqNAKsSent, st.SeqNAKsReceived, st.AcksSent, st.DuplicatesAnswered, st.DropNames())
-		fmt.Fprintf(s.cfg.Stderr, "congestion: %d packets sent again; window %d increases, %d cuts; rate %d cuts, %d increases, %d back to unpaced; %d pacer waits, %d device window waits; %d CE received, CNPs %d sent (%d for UC losses), %d received\n",
+		fmt.Fprintf(s.cfg.Stderr, "congestion: %d packets sent again; window %d increases, %d cuts; rate %d cuts, %d increases, %d back to unpaced; %d pacer waits, %d device window waits, %d device rate waits; %d CE received, CNPs %d sent (%d for UC losses), %d received\n",
 			st.RetransmittedPackets, st.WindowIncreases, st.WindowCuts, st.RateCuts, st.RateIncreases, st.RateUnpaced,
-			st.PacerWaits, st.DeviceWaits, st.CEReceived, st.CNPsSent, st.LossCNPs, st.CNPsReceived)
+			st.PacerWaits, st.DeviceWaits, st.DeviceRateWaits, st.CEReceived, st.CNPsSent, st.LossCNPs, st.CNPsReceived)
 	}
 	if s.qp != nil {
 		_ = s.qp.Destroy(ctx)

@@ -126,6 +126,9 @@ type Config struct {
 	// StatsFile, if set, receives the device's transport counters as
 	// JSON (StatsJSON) when the run ends, successful or not.
 	StatsFile string
+	// DeviceRate is the device's pacing rate in bits per second
+	// (hca.Congestion.DeviceRate); 0: none.
+	DeviceRate float64
 
 	// Test hooks.
 

@@ -278,10 +278,11 @@ func (s *session) setup(addr netip.AddrPort) error {
 		mtu = hca.ActiveMTUFor(addr.Addr())
 	}
 	dc := hca.Config{
-		Name:     DeviceName,
-		Link:     l,
-		PeerPort: c.peerPort(),
-		PortAttr: verbs.PortAttr{ActiveMTU: mtu},
+		Name:       DeviceName,
+		Link:       l,
+		PeerPort:   c.peerPort(),
+		PortAttr:   verbs.PortAttr{ActiveMTU: mtu},
+		Congestion: hca.Congestion{DeviceRate: c.DeviceRate},
 	}
 	if c.Mode == SRQ {
 		// srq_pingpong's QPs all receive into and send from one buffer.

@@ -33,6 +33,7 @@ func StatsJSON(st hca.Stats) []byte {
 		"rate_unpaced":          st.RateUnpaced,
 		"pacer_waits":           st.PacerWaits,
 		"device_waits":          st.DeviceWaits,
+		"device_rate_waits":     st.DeviceRateWaits,
 		"ce_received":           st.CEReceived,
 		"cnps_sent":             st.CNPsSent,
 		"loss_cnps":             st.LossCNPs,
