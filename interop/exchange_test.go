@@ -24,13 +24,18 @@ import (
 // softhca binary on the host (argv after "softhca"), or softhca in this
 // process (inproc, described by argv).
 type endpoint struct {
-	guest  bool
-	argv   []string
+	guest bool
+	argv  []string
+	// env is added to a host process's environment (SOFTHCA_RATE).
+	env    []string
 	inproc func(ctx context.Context, out io.Writer, statsFile string) error
 }
 
 func (p endpoint) String() string {
 	where := "host: softhca "
+	if len(p.env) > 0 {
+		where = "host: " + strings.Join(p.env, " ") + " softhca "
+	}
 	switch {
 	case p.guest:
 		where = "guest: "
@@ -403,7 +408,7 @@ func (e *env) start(ctx context.Context, ep endpoint, timeout time.Duration, sta
 		}()
 		p.inproc = r
 	default:
-		p.host, err = e.startHost(timeout, []string{"SOFTHCA_STATS=" + statsFile}, ep.argv...)
+		p.host, err = e.startHost(timeout, append([]string{"SOFTHCA_STATS=" + statsFile}, ep.env...), ep.argv...)
 	}
 	return p, err
 }
