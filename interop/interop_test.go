@@ -486,18 +486,6 @@ func (e *env) testCongestion(t *testing.T) {
 				t.Run("srq-q16-65536/"+role, func(t *testing.T) {
 					var note string
 					e.leaf(t, &note)
-					if mtu == 1024 {
-						// Intermittent (issue 12): it passes most runs, but
-						// some lose packets at the tap or between the
-						// guest and softhca, and the harness's per-packet
-						// accounting or the retry budget then fails it.
-						// CI 2026-11-26: passed with 0 tap drops, then
-						// failed softhca-server ("softhca received 6532
-						// packets, want 8708") in the next run; a helper's
-						// 20 runs dropped packets in 6 and failed 1.
-						note = "intermittent, not run: srq -q 16 at MTU 1024 loses packets in some runs (issue 12)"
-						t.Skip(note)
-					}
 					if !e.hasCommand("pingpong") {
 						t.Fatal("the softhca binary has no pingpong command")
 					}
