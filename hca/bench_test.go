@@ -9,6 +9,7 @@ import (
 
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/link/pipe"
 	"github.com/softhca/softhca/link/udp"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
@@ -87,6 +88,19 @@ func BenchmarkRCWrite64K(b *testing.B) {
 // messages/s.
 func BenchmarkRCSend64(b *testing.B) {
 	x, y := udpPair(b, true)
+	rcSend64(b, x, y)
+}
+
+// BenchmarkRCSend64Pipe is BenchmarkRCSend64 over link/pipe: no system
+// call, so the transport's own cost per message shows with less of the
+// kernel's noise.
+func BenchmarkRCSend64Pipe(b *testing.B) {
+	la, lb := pipe.New(pipe.Config{})
+	rcSend64(b, openSide(b, la, 4<<20), openSide(b, lb, 4<<20))
+}
+
+// rcSend64 streams 64-byte RC SENDs from x to y, 64 in flight.
+func rcSend64(b *testing.B, x, y *side) {
 	connect(b, x, y, verbs.QPTypeRC, verbs.MTU4096)
 	const depth = 64
 	rwr := &verbs.RecvWR{SGList: []verbs.SGE{y.mr.SGE(0, 64)}}
@@ -132,6 +146,13 @@ func BenchmarkRCSend64(b *testing.B) {
 func BenchmarkRCPingPong64(b *testing.B) {
 	x, y := udpPair(b, true)
 	rcPingPong(b, x, y, (*side).pollWait)
+}
+
+// BenchmarkRCPingPong64Pipe is BenchmarkRCPingPong64 over link/pipe: the
+// round trip without system calls (goroutine wake-ups remain).
+func BenchmarkRCPingPong64Pipe(b *testing.B) {
+	la, lb := pipe.New(pipe.Config{})
+	rcPingPong(b, openSide(b, la, 4<<20), openSide(b, lb, 4<<20), (*side).pollWait)
 }
 
 // BenchmarkRCPingPong64BusyPoll is BenchmarkRCPingPong64 with both sides
