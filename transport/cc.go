@@ -359,16 +359,17 @@ func (w *window) duplicateAck(env *Env, psn, maxPSN wire.PSN) {
 
 // settle makes the device window count what the QP has in flight now.
 func (w *window) settle(env *Env, inflight int) {
+	if inflight == w.held {
+		return
+	}
 	if w.dev == nil {
 		if env.CC == nil {
 			return
 		}
 		w.dev, w.shard = env.CC, env.CCShard%len(env.CC.inflight)
 	}
-	if d := inflight - w.held; d != 0 {
-		w.dev.inflight[w.shard].n.Add(int64(d))
-		w.held = inflight
-	}
+	w.dev.inflight[w.shard].n.Add(int64(inflight - w.held))
+	w.held = inflight
 }
 
 // release gives back what the QP counts in the device window (the QP
@@ -432,13 +433,15 @@ const quietPeriods = 10
 // period), so that pauses between bursts do not hide how fast the QP
 // sends.
 func (rc *rateControl) sent(env *Env, size int) {
-	if rc.devReserved > 0 {
-		// Paid for when the device rate stopped the QP (for the
-		// largest packet: what this one did not use goes back).
-		env.cc().pacer.settle(env.Now, size-rc.devReserved)
-		rc.devReserved = 0
-	} else {
-		env.cc().pacer.sent(env.Now, size)
+	if p := &env.cc().pacer; p.nsPerByte != 0 {
+		if rc.devReserved > 0 {
+			// Paid for when the device rate stopped the QP (for the
+			// largest packet: what this one did not use goes back).
+			p.settle(env.Now, size-rc.devReserved)
+			rc.devReserved = 0
+		} else {
+			p.sent(env.Now, size)
+		}
 	}
 	rc.lastSent = env.Now
 	if rc.paced {
@@ -458,9 +461,21 @@ func (rc *rateControl) sent(env *Env, size int) {
 	}
 }
 
+// pacing reports whether a pacer may hold the QP back (its rate, or the
+// device rate): when not, allow and hasRoomAfter need not be asked. It
+// does not change during a Run (a rate starts with a CNP or a loss, which
+// a receive brings).
+func (rc *rateControl) pacing(env *Env) bool {
+	return rc.paced || rc.devReserved > 0 || env.cc().pacer.nsPerByte != 0
+}
+
 // allow reports whether the pacers let the QP build another packet, of
 // at most maxSize bytes, now; if not, waitUntil says when they will.
 func (rc *rateControl) allow(env *Env, maxSize int) bool {
+	if !rc.paced && rc.devReserved == 0 && env.cc().pacer.nsPerByte == 0 {
+		rc.waitUntil = time.Time{}
+		return true // the common case: nothing paces the QP
+	}
 	if !rc.waitUntil.IsZero() {
 		rc.waitUntil = time.Time{} // Run is running: the wait, if any, is over
 	}
@@ -502,7 +517,7 @@ func (rc *rateControl) allow(env *Env, maxSize int) bool {
 // hasRoomAfter reports whether the pacers will let another packet go
 // after one of n bytes (an estimate: the buckets refill meanwhile).
 func (rc *rateControl) hasRoomAfter(env *Env, n uint32) bool {
-	if env.cc().pacer.wait(env.Now, int(n)) > 0 {
+	if p := &env.cc().pacer; p.nsPerByte != 0 && p.wait(env.Now, int(n)) > 0 {
 		return false
 	}
 	return !rc.paced || rc.tokens > float64(n)

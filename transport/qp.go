@@ -210,7 +210,6 @@ func (q *QP) Receive(env *Env, p *wire.Packet) Effects {
 		return fx
 	}
 	q.noteECN(env, p)
-	defer q.settle(env)
 	if !p.Info().Request {
 		if q.P.Type != verbs.QPTypeRC || q.comp.state == CompleterInactive {
 			env.Stats.Drop(DropStaleResponse)
@@ -218,6 +217,7 @@ func (q *QP) Receive(env *Env, p *wire.Packet) Effects {
 		}
 		q.comp.receive(q, env, p, &fx)
 		q.flushAckOnFail(env, &fx)
+		q.settle(env) // acknowledgements change what is in flight; requests do not
 		return fx
 	}
 	if q.P.Type == verbs.QPTypeUC {
@@ -245,11 +245,18 @@ func (q *QP) Run(env *Env) Effects {
 // settle makes the device window count the packets the requester has in
 // flight now.
 func (q *QP) settle(env *Env) {
-	n := 0
-	if q.P.Type == verbs.QPTypeRC && q.req.state != RequesterInactive {
-		n = int(q.req.maxPSN.Diff(q.req.ackPSN))
+	if n := q.inFlight(); n != q.req.win.held {
+		q.req.win.settle(env, n)
 	}
-	q.req.win.settle(env, n)
+}
+
+// inFlight returns the packets the RC requester has sent and not seen
+// acknowledged (0 for other QPs and an inactive requester).
+func (q *QP) inFlight() int {
+	if q.P.Type != verbs.QPTypeRC || q.req.state == RequesterInactive {
+		return 0
+	}
+	return int(q.req.maxPSN.Diff(q.req.ackPSN))
 }
 
 // FlushAck sends the coalesced acknowledgement the QP owes, if any: what
@@ -288,11 +295,24 @@ func (q *QP) flushAckOnFail(env *Env, fx *Effects) {
 // Deadline returns when Timer should be called next; zero when no timer
 // runs.
 func (q *QP) Deadline() time.Time {
+	// The common case, inlined: only the transport timer. Comparing with
+	// the zero Time (cleared fields hold exactly that) keeps Deadline
+	// within the inlining budget, which IsZero twice exceeds; the workers
+	// call it after every packet and Run.
+	if q.rate.waitUntil == (time.Time{}) && q.req.deviceWait == (time.Time{}) { //nolint:staticcheck // QF1009: a zero-value test, not a time comparison
+		return q.req.deadline
+	}
+	return q.earliestDeadline()
+}
+
+// earliestDeadline returns the earliest of the QP's deadlines.
+func (q *QP) earliestDeadline() time.Time {
 	d := q.req.deadline
-	for _, t := range [...]time.Time{q.rate.deadline(), q.req.deviceWait} {
-		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
-			d = t
-		}
+	if t := q.rate.waitUntil; !t.IsZero() && (d.IsZero() || t.Before(d)) {
+		d = t
+	}
+	if t := q.req.deviceWait; !t.IsZero() && (d.IsZero() || t.Before(d)) {
+		d = t
 	}
 	return d
 }

@@ -140,11 +140,18 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 	case RequesterSending:
 	}
 	sqd := q.state == verbs.QPStateSQD
-	r.deviceWait = time.Time{}
+	if !r.deviceWait.IsZero() {
+		r.deviceWait = time.Time{}
+	}
 	built := 0 // new packets built in this call (not yet in the device window)
-	// The device window's room, read once a Run (a soft bound: the
-	// other workers' QPs may take some of it meanwhile).
-	room := r.win.deviceRoom(env)
+	// The device window's room, read once a Run, when a new packet first
+	// needs it (a soft bound: the other workers' QPs may take some of it
+	// meanwhile); -1 until then.
+	room := -1
+	pacing := q.rate.pacing(env)
+	if !pacing && !q.rate.waitUntil.IsZero() {
+		q.rate.waitUntil = time.Time{} // Run is running: the wait is over
+	}
 	for r.next < q.SQ.Len() {
 		w := q.SQ.At(r.next)
 		if w.state == WQEFailed {
@@ -178,6 +185,9 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 			if int(r.psn.Diff(r.ackPSN)) >= r.win.size(env) {
 				break
 			}
+			if r.psn == r.maxPSN && room < 0 {
+				room = max(r.win.deviceRoom(env), 0)
+			}
 			if r.psn == r.maxPSN && built >= room {
 				// The device has as many packets in flight as it
 				// allows: look again shortly (acknowledgements to any
@@ -191,7 +201,7 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 			fx.More = true
 			break
 		}
-		if !q.rate.allow(env, int(q.P.MTU)+maxHeaders) {
+		if pacing && !q.rate.allow(env, int(q.P.MTU)+maxHeaders) {
 			break // Deadline says when the pacer lets it go on
 		}
 		if w.state == WQEPosted {
@@ -212,7 +222,7 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 		// the requester asks for an ACK, as the one filling the window
 		// does: the responder acknowledges only what asks (rxe), and
 		// without it the requester would wait for its transport timer.
-		stops := (q.P.Type == verbs.QPTypeRC && built >= room) || !q.rate.hasRoomAfter(env, q.P.MTU)
+		stops := (q.P.Type == verbs.QPTypeRC && room >= 0 && built >= room) || (pacing && !q.rate.hasRoomAfter(env, q.P.MTU))
 		if !r.sendPacket(q, env, w, stops) {
 			break
 		}
