@@ -2,8 +2,10 @@ package hca
 
 import (
 	"encoding/binary"
+	"math"
 	"net/netip"
 	"reflect"
+	"syscall"
 	"time"
 
 	"github.com/softhca/softhca/internal/clock"
@@ -99,7 +101,8 @@ type Congestion struct {
 	// in packets: defaults 16 and 8 (at most 128, the PSN window).
 	InitialWindow, MinWindow int
 	// DeviceWindow bounds the RC packets in flight across the device:
-	// default 256, a quarter of a default 1000-packet interface queue.
+	// default 256, a quarter of a default 1000-packet interface queue;
+	// negative: no bound.
 	DeviceWindow int
 	// LineRate, in bits per second, is the rate pacing starts from and
 	// recovers to after a congestion signal; 0 (the default): the rate
@@ -131,6 +134,27 @@ type Congestion struct {
 	// UC to a peer that sends no CNPs (rxe does not) behind a slow link
 	// or virtual machine. 0 (the default): no device rate.
 	DeviceRate float64
+}
+
+// validate checks the rates: each finite and not negative (0 takes the
+// default), the device rate from 1 kbit/s to 10 Tbit/s when set.
+func (c Congestion) validate() error {
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"LineRate", c.LineRate}, {"MinRate", c.MinRate}, {"AdditiveIncrease", c.AdditiveIncrease},
+		{"HyperIncrease", c.HyperIncrease}, {"DeviceRate", c.DeviceRate}} {
+		if math.IsNaN(r.v) || math.IsInf(r.v, 0) || r.v < 0 {
+			return verbs.Errorf("open_device", syscall.EINVAL, "Congestion.%s %v: a rate in bits per second, 0 for the default", r.name, r.v)
+		}
+	}
+	if c.DeviceRate != 0 && (c.DeviceRate < 1e3 || c.DeviceRate > 1e13) {
+		return verbs.Errorf("open_device", syscall.EINVAL, "Congestion.DeviceRate %v: from 1e3 to 1e13 bits per second, or 0 for none", c.DeviceRate)
+	}
+	if c.RateBurst < 0 || c.RateIncreasePeriod < 0 || c.CNPInterval < 0 || c.RateCutInterval < 0 {
+		return verbs.Errorf("open_device", syscall.EINVAL, "Congestion: RateBurst and the intervals may not be negative")
+	}
+	return nil
 }
 
 // transport returns the transport's form of c.

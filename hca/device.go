@@ -6,6 +6,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/mr"
 	"github.com/softhca/softhca/transport"
 	"github.com/softhca/softhca/verbs"
@@ -51,6 +52,16 @@ func Open(cfg Config) (*Device, error) {
 		if len(cfg.Addrs) == 0 {
 			cfg.Addrs = []netip.Addr{local.Src}
 		}
+	}
+	if cfg.BusyPoll && cfg.Link != nil {
+		if _, ok := cfg.Link.(link.Poller); !ok {
+			// Polls could not read the link: an application spinning on
+			// Poll would only starve the goroutines that do.
+			return nil, verbs.Errorf("open_device", syscall.EINVAL, "BusyPoll needs a link that can be polled (link.Poller, as link/udp is); %T is not", cfg.Link)
+		}
+	}
+	if err := cfg.Congestion.validate(); err != nil {
+		return nil, err
 	}
 	cfg = cfg.fill()
 	for _, a := range cfg.Addrs {
