@@ -310,26 +310,27 @@ func TestBottleneck(t *testing.T) {
 		// Reported, not asserted: without marks, a queue that overflows
 		// takes most 1024-packet messages with it.
 		before := bnMeasure(t, p, a, b)
-		const slots = 16
 		n := 100 / div
 		qa, qb := bnQPs(t, a, b, 1, verbs.QPTypeUC, mtu)
-		for i := range n + 1 {
-			_, err := qb[0].PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.mr.SGE(i%slots*MiB, MiB)}})
-			require.NoError(t, err)
-		}
-		got, _ := ucStream(t, a, b, qa[0], n)
+		got, _ := ucStream(t, a, b, qa[0], qb[0], n)
 		t.Logf("UC stream: %d of %d messages of 1 MiB arrived (%.1f%% lost); %v", got, n, 100*float64(n-got)/float64(n), bnMeasure(t, p, a, b).sub(before))
 	})
 	t.Logf("all RC runs: %d packets sent, %d retransmitted (%.2f%%)", total.sent, total.retx, 100*float64(total.retx)/float64(max(total.sent, 1)))
 }
 
-// ucStream sends n UC messages of 1 MiB from a's buffer on q, then a
-// marker (SEND with immediate) until it arrives at b, and returns how
-// many of the n arrived: UC keeps order, so once the marker arrived,
-// every earlier message arrived or is lost.
-func ucStream(t *testing.T, a, b *bnSide, q *hca.QP, n int) (got int, lost []int) {
+// ucStream posts n+1 receives of 1 MiB on rq (b's QP), sends n UC
+// messages of 1 MiB from a's buffer on q, then a marker (SEND with
+// immediate) until it arrives at b, and returns how many of the n
+// arrived: UC keeps order, so once the marker arrived, every earlier
+// message arrived or is lost.
+func ucStream(t *testing.T, a, b *bnSide, q, rq *hca.QP, n int) (got int, lost []int) {
 	t.Helper()
 	const MiB = 1 << 20
+	const slots = 16 // receive buffers, reused round robin
+	for i := range n + 1 {
+		_, err := rq.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.mr.SGE(i%slots*MiB, MiB)}})
+		require.NoError(t, err)
+	}
 	for i := range n {
 		_, err := q.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRSendWithImm, ImmData: uint32(i), SendFlags: verbs.SendSignaled,
 			SGList: []verbs.SGE{a.mr.SGE(0, MiB)}})
@@ -394,15 +395,10 @@ func TestECN(t *testing.T) {
 
 	t.Run("uc-stream-1MiB", func(t *testing.T) {
 		before := bnMeasure(t, p, a, b)
-		const slots = 16
 		n := 100 / div
 		qa, qb := bnQPs(t, a, b, 1, verbs.QPTypeUC, mtu)
-		for i := range n + 1 {
-			_, err := qb[0].PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.mr.SGE(i%slots*MiB, MiB)}})
-			require.NoError(t, err)
-		}
 		start := time.Now()
-		got, lost := ucStream(t, a, b, qa[0], n)
+		got, lost := ucStream(t, a, b, qa[0], qb[0], n)
 		el := time.Since(start)
 		f := bnMeasure(t, p, a, b).sub(before)
 		marks, err := p.Marked(0)
@@ -462,16 +458,11 @@ func TestDeviceRate(t *testing.T) {
 	a := openBottleneckSide(t, p, 0, hca.Config{Congestion: hca.Congestion{DeviceRate: float64(rate) * 0.9}})
 	b := openBottleneckSide(t, p, 1, hca.Config{})
 	const MiB = 1 << 20
-	const slots = 16
 	n := 100 / div
 	before := bnMeasure(t, p, a, b)
 	qa, qb := bnQPs(t, a, b, 1, verbs.QPTypeUC, verbs.MTU1024)
-	for i := range n + 1 {
-		_, err := qb[0].PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.mr.SGE(i%slots*MiB, MiB)}})
-		require.NoError(t, err)
-	}
 	start := time.Now()
-	got, _ := ucStream(t, a, b, qa[0], n)
+	got, _ := ucStream(t, a, b, qa[0], qb[0], n)
 	el := time.Since(start)
 	f := bnMeasure(t, p, a, b).sub(before)
 	st := a.dev.TransportStats()
