@@ -145,7 +145,7 @@ func (c Congestion) validate() error {
 	}{{"LineRate", c.LineRate}, {"MinRate", c.MinRate}, {"AdditiveIncrease", c.AdditiveIncrease},
 		{"HyperIncrease", c.HyperIncrease}, {"DeviceRate", c.DeviceRate}} {
 		if math.IsNaN(r.v) || math.IsInf(r.v, 0) || r.v < 0 {
-			return verbs.Errorf("open_device", syscall.EINVAL, "Congestion.%s %v: a rate in bits per second, 0 for the default", r.name, r.v)
+			return verbs.Errorf("open_device", syscall.EINVAL, "Congestion.%s %v: want a rate in bits per second, not negative (0: the default, or no device rate)", r.name, r.v)
 		}
 	}
 	if c.DeviceRate != 0 && (c.DeviceRate < 1e3 || c.DeviceRate > 1e13) {

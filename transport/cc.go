@@ -472,12 +472,11 @@ func (rc *rateControl) pacing(env *Env) bool {
 // allow reports whether the pacers let the QP build another packet, of
 // at most maxSize bytes, now; if not, waitUntil says when they will.
 func (rc *rateControl) allow(env *Env, maxSize int) bool {
-	if !rc.paced && rc.devReserved == 0 && env.cc().pacer.nsPerByte == 0 {
-		rc.waitUntil = time.Time{}
-		return true // the common case: nothing paces the QP
-	}
 	if !rc.waitUntil.IsZero() {
 		rc.waitUntil = time.Time{} // Run is running: the wait, if any, is over
+	}
+	if !rc.pacing(env) {
+		return true // the common case: nothing paces the QP
 	}
 	switch {
 	case rc.devReserved > 0:

@@ -150,7 +150,7 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 	room := -1
 	pacing := q.rate.pacing(env)
 	if !pacing && !q.rate.waitUntil.IsZero() {
-		q.rate.waitUntil = time.Time{} // Run is running: the wait is over
+		q.rate.waitUntil = time.Time{} // Run is running: the wait is over (allow does this when pacing)
 	}
 	for r.next < q.SQ.Len() {
 		w := q.SQ.At(r.next)
