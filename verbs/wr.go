@@ -303,3 +303,62 @@ type RecvWQE struct {
 	WRID uint64
 	SGL  []SGE
 }
+
+// OpsOpcode is a tag-matching list operation (enum ibv_ops_wr_opcode).
+type OpsOpcode uint8
+
+// Tag-matching list operations (ibv_post_srq_ops(3)).
+const (
+	WRTagAdd  OpsOpcode = iota // IBV_WR_TAG_ADD: add an entry; returns its handle
+	WRTagDel                   // IBV_WR_TAG_DEL: remove the entry a handle names
+	WRTagSync                  // IBV_WR_TAG_SYNC: only report unexpected_cnt
+)
+
+// String returns the libibverbs name without "IBV_WR_".
+func (o OpsOpcode) String() string {
+	switch o {
+	case WRTagAdd:
+		return "TAG_ADD"
+	case WRTagDel:
+		return "TAG_DEL"
+	case WRTagSync:
+		return "TAG_SYNC"
+	}
+	return fmt.Sprintf("OpsOpcode(%d)", uint8(o))
+}
+
+// OpsFlags qualify a list operation (enum ibv_ops_flags).
+type OpsFlags uint32
+
+// List operation flags.
+const (
+	OpsSignaled OpsFlags = 1 << 0 // IBV_OPS_SIGNALED: a completion for this op
+	OpsTMSync   OpsFlags = 1 << 1 // IBV_OPS_TM_SYNC: TM.UnexpectedCnt is valid
+)
+
+// OpsWR is a tag-matching list operation (struct ibv_ops_wr).
+type OpsWR struct {
+	WRID   uint64
+	Next   *OpsWR
+	Opcode OpsOpcode
+	Flags  OpsFlags
+	TM     TMOp
+}
+
+// TMOp is the tag-matching part of an OpsWR (ibv_ops_wr's tm).
+type TMOp struct {
+	// UnexpectedCnt is how many unexpected messages software has
+	// handled; it counts only with OpsTMSync.
+	UnexpectedCnt uint32
+	// Handle names the entry TAG_DEL removes; TAG_ADD sets it.
+	Handle uint32
+	Add    TagAdd
+}
+
+// TagAdd describes the entry TAG_ADD adds (ibv_ops_wr's tm.add).
+type TagAdd struct {
+	RecvWRID uint64 // the wr_id of the TM_RECV completions
+	SGList   []SGE
+	// A message whose TMH tag t has t&Mask == Tag matches the entry.
+	Tag, Mask uint64
+}
