@@ -92,6 +92,13 @@ type CQ struct {
 	acked    uint64        // events acknowledged (comp_events_completed); <= reported
 	ackWait  chan struct{} // closed on the next AckEvents, for Destroy; nil if none waits
 
+	// Releases due when the application polls past a completion
+	// (PushRelease), oldest first; relHead is the first not yet due.
+	// Protected by mu. polled counts the completions ever polled.
+	releases []release
+	relHead  int
+	polled   uint64
+
 	// ready holds a token when a goroutine in Wait should look at the
 	// ring again: Push leaves one when waiters > 0. It is apart from the
 	// arm and the channel, which belong to the application. Senders never
@@ -191,8 +198,72 @@ func (c *CQ) Poll(wcs []verbs.WC) int {
 		wcs[i] = *c.ring.At(i)
 	}
 	c.ring.Drop(n)
+	c.polled += uint64(n)
+	if c.relHead < len(c.releases) && c.releases[c.relHead].pos < c.polled {
+		c.releaseDue() // unlocks
+		return n
+	}
 	c.mu.Unlock()
 	return n
+}
+
+// Releaser learns that the application has polled a completion pushed
+// with PushRelease: the tag-matching SRQ frees the tag handle that the
+// completion ended only then, so that a handle is never reused while the
+// application may still name it (docs/tag-matching.md, T3).
+type Releaser interface {
+	Released(token uint32)
+}
+
+// release is a Releaser to tell when the completion at position pos (in
+// the order of all completions ever pushed) is polled.
+type release struct {
+	pos   uint64
+	r     Releaser
+	token uint32
+}
+
+// PushRelease is Push for a completion whose polling r must learn of:
+// once the application has polled it, r.Released(token) is called, from
+// the polling goroutine with no CQ lock held. It reports false, and
+// calls nothing, when the completion could not be queued (the CQ is
+// destroyed or overran): the caller then releases at once.
+func (c *CQ) PushRelease(wc *verbs.WC, solicited bool, r Releaser, token uint32) bool {
+	c.mu.Lock()
+	pos := c.polled + uint64(c.ring.Len())
+	if !c.pushLocked(wc, solicited) {
+		return false // pushLocked unlocked
+	}
+	if c.relHead == len(c.releases) {
+		c.releases, c.relHead = c.releases[:0], 0
+	}
+	c.releases = append(c.releases, release{pos: pos, r: r, token: token})
+	c.mu.Unlock()
+	return true
+}
+
+// releaseDue tells the Releasers of the completions polled so far,
+// without the lock, which the caller holds and releaseDue releases.
+func (c *CQ) releaseDue() {
+	for {
+		var due [16]release
+		n := 0
+		for n < len(due) && c.relHead < len(c.releases) && c.releases[c.relHead].pos < c.polled {
+			due[n] = c.releases[c.relHead]
+			c.releases[c.relHead] = release{}
+			c.relHead++
+			n++
+		}
+		more := n == len(due) && c.relHead < len(c.releases) && c.releases[c.relHead].pos < c.polled
+		c.mu.Unlock()
+		for _, d := range due[:n] {
+			d.r.Released(d.token)
+		}
+		if !more {
+			return
+		}
+		c.mu.Lock()
+	}
 }
 
 // Wait blocks until the CQ holds at least one completion, and returns nil
@@ -410,6 +481,7 @@ func (c *CQ) destroyLocked() {
 	c.destroyed = true
 	c.notify = notifyNone
 	c.ring = ring.Ring[verbs.WC]{}
+	c.releases, c.relHead = nil, 0
 	c.onOverrun = nil
 	if c.waiters > 0 {
 		c.signalLocked() // they return EINVAL, passing the token on
@@ -426,10 +498,22 @@ func (c *CQ) destroyLocked() {
 // Solicited Event bit. If the CQ is armed and the arm matches (any
 // completion; or, for a solicited-only arm, solicited or wc.Status is not
 // WCSuccess) the arm is consumed and one event is queued on the channel.
-// A goroutine in Wait is woken whatever the arm. Push does not allocate (the channel's event FIFO aside, which grows only
-// to the most events ever pending).
+// A goroutine in Wait is woken whatever the arm. Push does not allocate
+// (the channel's event FIFO aside, which grows only to the most events
+// ever pending).
 func (c *CQ) Push(wc *verbs.WC, solicited bool) bool {
 	c.mu.Lock()
+	if !c.pushLocked(wc, solicited) {
+		return false
+	}
+	c.mu.Unlock()
+	return true
+}
+
+// pushLocked queues a completion with mu held. When it fails it has
+// unlocked mu (the overrun handler runs without it); when it succeeds mu
+// is still held.
+func (c *CQ) pushLocked(wc *verbs.WC, solicited bool) bool {
 	if c.destroyed || c.inError {
 		c.mu.Unlock()
 		return false
@@ -457,7 +541,6 @@ func (c *CQ) Push(wc *verbs.WC, solicited bool) bool {
 		}
 	case notifyNone:
 	}
-	c.mu.Unlock()
 	return true
 }
 
