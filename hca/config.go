@@ -202,6 +202,14 @@ func DefaultDeviceAttr() verbs.DeviceAttr {
 		LocalCAAckDelay:       15,
 		PhysPortCnt:           1,
 		MaxInlineData:         512,
+		// Tag matching in software (docs/tag-matching.md); rxe has none.
+		TM: verbs.TMCaps{
+			MaxRndvHdrSize: 64,
+			MaxNumTags:     1024,
+			Flags:          verbs.TMCapRC,
+			MaxOps:         1024,
+			MaxSGE:         4,
+		},
 	}
 }
 

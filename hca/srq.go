@@ -4,6 +4,7 @@ import (
 	"context"
 	"syscall"
 
+	"github.com/softhca/softhca/cq"
 	"github.com/softhca/softhca/srq"
 	"github.com/softhca/softhca/verbs"
 )
@@ -13,6 +14,7 @@ import (
 type SRQ struct {
 	srq    *srq.SRQ
 	pd     *PD
+	cq     *CQ // a tag-matching SRQ's CQ, else nil
 	events eventCounter
 }
 
@@ -23,6 +25,23 @@ type SRQInitAttr struct {
 	// Attr holds max_wr and max_sge; srq_limit is ignored at creation
 	// (ibv_create_srq(3)) and the SRQ starts disarmed.
 	Attr verbs.SRQAttr
+	// TM, when set, makes a tag-matching SRQ (ibv_create_srq_ex(3)
+	// with IBV_SRQT_TM and tm_cap): PostOps edits its tag list, and the
+	// SENDs its RC QPs receive are matched by their tag
+	// (docs/tag-matching.md).
+	TM *TMCap
+	// CQ is the SRQ's completion queue (srq_init_attr_ex.cq), required
+	// with TM: the list operations and every message the SRQ receives
+	// complete there.
+	CQ *CQ
+}
+
+// TMCap is the tag list a tag-matching SRQ holds (struct ibv_tm_cap):
+// max_num_tags within 1..tm_caps.max_num_tags and max_ops within
+// 1..tm_caps.max_ops of the device.
+type TMCap struct {
+	MaxNumTags uint32
+	MaxOps     uint32
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq) holding
@@ -41,6 +60,24 @@ func (p *PD) CreateSRQ(init *SRQInitAttr) (*SRQ, error) {
 		return nil, err
 	}
 	w := &SRQ{pd: p}
+	var tmc *srq.TMConfig
+	if init.TM != nil {
+		if init.CQ == nil {
+			d.counts.srq--
+			return nil, verbs.Errorf(op, syscall.EINVAL, "a tag-matching SRQ needs a CQ")
+		}
+		if init.CQ.cq.Acquire() != nil {
+			d.counts.srq--
+			return nil, verbs.Errorf(op, syscall.EINVAL, "the CQ is destroyed")
+		}
+		tc := &d.cfg.Attr.TM
+		tmc = &srq.TMConfig{
+			MaxNumTags: init.TM.MaxNumTags, MaxOps: init.TM.MaxOps, MaxSGE: tc.MaxSGE,
+			DevMaxNumTags: tc.MaxNumTags, DevMaxOps: tc.MaxOps,
+			CQ: tmSink{init.CQ.cq},
+		}
+		w.cq = init.CQ
+	}
 	s, err := srq.New(srq.Config{
 		Attr:      init.Attr,
 		DevMaxWR:  d.cfg.Attr.MaxSRQWR,
@@ -50,8 +87,12 @@ func (p *PD) CreateSRQ(init *SRQInitAttr) (*SRQ, error) {
 		Context:   init.Context,
 		Check:     p.checkRecvSGE(),
 		OnLimit:   func(*srq.SRQ) { d.ev.raise(AsyncEvent{Type: verbs.EventSRQLimitReached, SRQ: w}) },
+		TM:        tmc,
 	})
 	if err != nil {
+		if w.cq != nil {
+			w.cq.cq.RemoveUser()
+		}
 		d.counts.srq--
 		return nil, err
 	}
@@ -107,7 +148,33 @@ func (s *SRQ) Destroy(ctx context.Context) error {
 		return err
 	}
 	d.ev.purge(func(e *AsyncEvent) bool { return e.SRQ == s })
+	if s.cq != nil {
+		s.cq.cq.RemoveUser()
+	}
 	d.counts.srq--
 	s.pd.refs--
 	return nil
+}
+
+// PostOps posts a linked list of tag-matching list operations
+// (ibv_post_srq_ops(3)): TAG_ADD (its handle is written to wr.TM.Handle),
+// TAG_DEL, TAG_SYNC, in order. It stops at the first operation it refuses
+// and returns it with the error; the ones before it took effect. EINVAL:
+// not a tag-matching SRQ, an unknown opcode or flag, a tag scatter list
+// longer than tm_caps.max_sge or outside the PD's LOCAL_WRITE regions, a
+// TAG_DEL of a handle not in use; ENOMEM: the tag list is full, or the
+// list is longer than max_ops. Operations with verbs.OpsSignaled, and
+// failed ones, complete on the SRQ's CQ (IBV_WC_TM_ADD, TM_DEL, TM_SYNC).
+func (s *SRQ) PostOps(wr *verbs.OpsWR) (*verbs.OpsWR, error) { return s.srq.PostOps(wr) }
+
+// IsTM reports whether the SRQ is a tag-matching SRQ.
+func (s *SRQ) IsTM() bool { return s.srq.IsTM() }
+
+// tmSink is a CQ as a tag-matching SRQ pushes to it.
+type tmSink struct{ c *cq.CQ }
+
+func (t tmSink) Push(wc *verbs.WC, solicited bool) bool { return t.c.Push(wc, solicited) }
+
+func (t tmSink) PushRelease(wc *verbs.WC, solicited bool, r srq.Releaser, token uint32) bool {
+	return t.c.PushRelease(wc, solicited, r, token)
 }

@@ -140,6 +140,11 @@ func New(cfg Config) (*QP, error) {
 		if cfg.Type == verbs.QPTypeUC {
 			return nil, verbs.Errorf(op, syscall.EINVAL, "a UC QP cannot use an SRQ (only RC and UD can)")
 		}
+		if cfg.Type != verbs.QPTypeRC && cfg.SRQ.IsTM() {
+			// tm_caps.flags offers IBV_TM_CAP_RC only: tag matching is
+			// defined for RC (rdma-core Documentation/tag_matching.md).
+			return nil, verbs.Errorf(op, syscall.EINVAL, "only an RC QP can use a tag-matching SRQ")
+		}
 		if cfg.SRQ.PD() != cfg.PD {
 			return nil, verbs.Errorf(op, syscall.EINVAL, "the SRQ belongs to another protection domain")
 		}
@@ -173,6 +178,9 @@ func New(cfg Config) (*QP, error) {
 	q.tp.SendCQ, q.tp.RecvCQ = cqSink{cfg.SendCQ}, cqSink{cfg.RecvCQ}
 	if cfg.SRQ != nil {
 		q.tp.RQ = cfg.SRQ
+		if cfg.SRQ.IsTM() {
+			q.tp.TQ = cfg.SRQ
+		}
 	} else {
 		q.tp.RQ = &q.rq
 	}

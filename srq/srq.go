@@ -26,6 +26,8 @@ type Config struct {
 	// OnLimit raises IBV_EVENT_SRQ_LIMIT_REACHED. It is called without
 	// the SRQ's lock held, at most once per arming.
 	OnLimit func(*SRQ)
+	// TM, when set, makes the SRQ a tag-matching SRQ.
+	TM *TMConfig
 }
 
 // SRQ is a shared receive queue.
@@ -37,6 +39,8 @@ type SRQ struct {
 	check     SGEChecker
 	onLimit   func(*SRQ)
 	users     atomic.Int32
+
+	tm *tmState // nil unless a tag-matching SRQ; its fields are protected by mu
 
 	mu        sync.Mutex
 	q         Queue  // protected by mu
@@ -56,7 +60,15 @@ func New(cfg Config) (*SRQ, error) {
 	case a.MaxSGE == 0 || a.MaxSGE > cfg.DevMaxSGE:
 		return nil, verbs.Errorf(op, syscall.EINVAL, "max_sge %d not in 1..%d", a.MaxSGE, cfg.DevMaxSGE)
 	}
+	var t *tmState
+	if cfg.TM != nil {
+		var err error
+		if t, err = newTM(cfg.TM); err != nil {
+			return nil, err
+		}
+	}
 	return &SRQ{
+		tm:        t,
 		pd:        cfg.PD,
 		ctx:       cfg.Context,
 		devMaxWR:  cfg.DevMaxWR,
@@ -102,10 +114,7 @@ func (s *SRQ) PostRecv(wr *verbs.RecvWR) (*verbs.RecvWR, error) {
 func (s *SRQ) Take(dst *RecvWQE) bool {
 	s.mu.Lock()
 	ok := s.q.Take(dst)
-	fire := ok && s.limit > 0 && uint32(s.q.Len()) < s.limit
-	if fire {
-		s.limit = 0
-	}
+	fire := ok && s.limitReachedLocked()
 	s.mu.Unlock()
 	if fire && s.onLimit != nil {
 		s.onLimit(s)
@@ -119,15 +128,23 @@ func (s *SRQ) Take(dst *RecvWQE) bool {
 func (s *SRQ) TakeIfFits(dst *RecvWQE, need uint64) (taken, present bool) {
 	s.mu.Lock()
 	taken, present = s.q.TakeIfFits(dst, need)
-	fire := taken && s.limit > 0 && uint32(s.q.Len()) < s.limit
-	if fire {
-		s.limit = 0
-	}
+	fire := taken && s.limitReachedLocked()
 	s.mu.Unlock()
 	if fire && s.onLimit != nil {
 		s.onLimit(s)
 	}
 	return taken, present
+}
+
+// limitReachedLocked disarms the limit event and reports true when a
+// request was just taken and fewer than srq_limit remain; the caller
+// raises the event once it has released mu.
+func (s *SRQ) limitReachedLocked() bool {
+	if s.limit == 0 || uint32(s.q.Len()) >= s.limit {
+		return false
+	}
+	s.limit = 0
+	return true
 }
 
 // Len returns how many receive requests are queued.

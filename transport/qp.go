@@ -90,9 +90,12 @@ func (fx *Effects) fail(f Failure, status verbs.WCStatus) {
 // calls it with the QP's lock held; nothing in it blocks or starts a
 // goroutine, and every call takes its time and its packet sink from Env.
 type QP struct {
-	P      Params
-	SQ     *ring.Ring[SendWQE]
-	RQ     RecvQueue // the QP's receive queue or its SRQ
+	P  Params
+	SQ *ring.Ring[SendWQE]
+	RQ RecvQueue // the QP's receive queue or its SRQ
+	// TQ is RQ when it is a tag-matching SRQ, else nil: SEND messages
+	// then go where their tag-matching header says (tagmatch.go).
+	TQ     TagQueue
 	SendCQ CQ
 	RecvCQ CQ
 
@@ -133,6 +136,9 @@ func (q *QP) SetState(next verbs.QPState, rqPSN, sqPSN uint32) {
 		// The queues are emptied without completions (IBTA 10.3.1), the
 		// transport's own requests too.
 		q.req.win.release()
+		if q.TQ != nil {
+			q.resp.resetTagged(q)
+		}
 		q.req, q.comp, q.resp, q.rate = Requester{}, Completer{}, Responder{}, rateControl{}
 		q.internal = 0
 	case verbs.QPStateInit:
@@ -335,7 +341,7 @@ func (q *QP) CompleteRecvInProgress(status verbs.WCStatus) {
 // holds, if any, into dst: a QP entering the error state flushes it
 // before its receive queue (it is the oldest).
 func (q *QP) TakeRecvInProgress(dst *verbs.RecvWQE) bool {
-	return q.resp.takeInProgress(dst)
+	return q.resp.takeInProgress(q, dst)
 }
 
 // SQDrainNotify asks for Effects.SQDrained when no started send WQE is
@@ -374,6 +380,22 @@ func (q *QP) Issue(wr verbs.SendWR, sgl []verbs.SGE, done func(status verbs.WCSt
 	w := q.SQ.PushSlot()
 	*w = SendWQE{WR: wr, SGL: sgl, done: done}
 	w.WR.Next, w.WR.SGList = nil, nil
+	q.internal++
+	return true
+}
+
+// IssueInline is Issue for a SEND whose payload is data (the FIN of a
+// tag-matching rendezvous), copied into the request as IBV_SEND_INLINE
+// data is.
+func (q *QP) IssueInline(wr verbs.SendWR, data []byte, done func(status verbs.WCStatus)) bool {
+	if q.req.state == RequesterInactive || q.internal >= InternalSlots || q.SQ.Full() || done == nil {
+		return false
+	}
+	w := q.SQ.PushSlot()
+	inline := w.Inline[:0] // the slot's storage from an earlier request, if any
+	*w = SendWQE{WR: wr, Inline: append(inline, data...), done: done}
+	w.WR.Next, w.WR.SGList = nil, nil
+	w.WR.SendFlags |= verbs.SendInline
 	q.internal++
 	return true
 }

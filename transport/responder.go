@@ -100,6 +100,10 @@ type Responder struct {
 	// recvUD is the receive WQE a UD message takes (reused).
 	recvUD  verbs.RecvWQE
 	recvOff uint32
+	// tm: how the SEND in progress goes to a tag-matching SRQ (tmNone
+	// otherwise); rndv: the QP's rendezvous READs, made on first use.
+	tm   tmMessage
+	rndv *rndvState
 	// The RDMA WRITE in progress (from its First packet's RETH).
 	wr writeDest
 
@@ -287,7 +291,7 @@ func (r *Responder) send(q *QP, env *Env, p *wire.Packet, fx *Effects) bool {
 	info := p.Info()
 	psn := p.BTH.PSN()
 	if info.Pos.First() {
-		if !r.chooseRecv(q) {
+		if !r.chooseSendDest(q, p) {
 			// IBTA 9.7.5.2.8: no receive WQE, an RNR NAK; the requester
 			// tries again after min_rnr_timer.
 			env.Stats.Drop(DropRNR)
@@ -300,7 +304,14 @@ func (r *Responder) send(q *QP, env *Env, p *wire.Packet, fx *Effects) bool {
 			r.setState(ResponderSend)
 		}
 	}
-	switch scatter(env.Mem, q.P.PD, r.recv.SGL, r.recvOff, p.Payload) {
+	payload := p.Payload
+	if r.tm.skip > 0 {
+		// A tag-matching header is not placed (nor any of a rendezvous
+		// request).
+		k := min(r.tm.skip, uint32(len(payload)))
+		payload, r.tm.skip = payload[k:], r.tm.skip-k
+	}
+	switch scatter(env.Mem, q.P.PD, r.recv.SGL, r.recvOff, payload) {
 	case scatterTooLong:
 		// ibv_post_recv(3): a message longer than the receive buffer
 		// completes with a local length error; the requester gets an
@@ -312,7 +323,7 @@ func (r *Responder) send(q *QP, env *Env, p *wire.Packet, fx *Effects) bool {
 		return false
 	case scatterOK:
 	}
-	r.recvOff += uint32(len(p.Payload))
+	r.recvOff += uint32(len(payload))
 	if !info.Pos.Last() {
 		return true
 	}
@@ -341,9 +352,23 @@ func (r *Responder) send(q *QP, env *Env, p *wire.Packet, fx *Effects) bool {
 	return true
 }
 
-// chooseRecv chooses the destination of a new SEND message: the next
-// receive WQE of the QP's receive queue or SRQ (later, a tag-matching
-// list). A WQE left by a dropped UC message is used first.
+// chooseSendDest chooses the destination of a new SEND message from its
+// first packet: on a tag-matching SRQ, what its TMH says; otherwise the
+// next receive WQE.
+func (r *Responder) chooseSendDest(q *QP, p *wire.Packet) bool {
+	if q.TQ == nil {
+		return r.chooseRecv(q)
+	}
+	if !r.chooseTagged(q, p) {
+		return false
+	}
+	r.haveRecv, r.recvOff = true, 0
+	return true
+}
+
+// chooseRecv chooses the destination of a new SEND message (or a WRITE
+// with immediate): the next receive WQE of the QP's receive queue or
+// SRQ. A WQE left by a dropped UC message is used first.
 func (r *Responder) chooseRecv(q *QP) bool {
 	if !r.haveRecv {
 		if !q.RQ.Take(&r.recv) {
@@ -727,6 +752,12 @@ func (r *Responder) flushAck(q *QP, env *Env) {
 
 // completeRecv completes the receive WQE of the message that ended.
 func (r *Responder) completeRecv(q *QP, p *wire.Packet, op verbs.WCOpcode, n uint32, flags verbs.WCFlags, imm uint32, fx *Effects) {
+	if r.tm.kind != tmNone {
+		r.haveRecv = false
+		fx.Delivered = true
+		r.completeTagged(q, p, n, flags, imm, fx)
+		return
+	}
 	wc := verbs.WC{
 		WRID:    r.recv.WRID,
 		Status:  verbs.WCSuccess,
@@ -749,16 +780,26 @@ func (r *Responder) completeInProgress(q *QP, status verbs.WCStatus) {
 		return
 	}
 	r.haveRecv = false
+	if r.tm.kind != tmNone {
+		r.failTagged(q, status)
+		return
+	}
 	wc := verbs.WC{WRID: r.recv.WRID, Status: status, Opcode: verbs.WCRecv, QPNum: q.P.QPN}
 	q.RecvCQ.Push(wc, false)
 }
 
 // takeInProgress hands out the receive WQE a message in progress holds.
-func (r *Responder) takeInProgress(dst *verbs.RecvWQE) bool {
+// A message to a tag-matching SRQ is flushed here instead, on the SRQ's
+// CQ (a tag entry is not the caller's to flush).
+func (r *Responder) takeInProgress(q *QP, dst *verbs.RecvWQE) bool {
 	if !r.haveRecv {
 		return false
 	}
 	r.haveRecv = false
+	if r.tm.kind != tmNone {
+		r.failTagged(q, verbs.WCWRFlushErr)
+		return false
+	}
 	dst.WRID = r.recv.WRID
 	dst.SGL = append(dst.SGL[:0], r.recv.SGL...)
 	return true

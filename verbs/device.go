@@ -114,6 +114,9 @@ type TMCaps struct {
 	MaxSGE         uint32
 }
 
+// TMCapRC is IBV_TM_CAP_RC: tag matching on RC QPs (TMCaps.Flags).
+const TMCapRC uint32 = 1 << 0
+
 // PortState is a port's logical state (enum ibv_port_state).
 type PortState uint8
 
