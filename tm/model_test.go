@@ -62,7 +62,7 @@ var modelCoverage = []string{
 
 func TestModelAgainstReference(t *testing.T) {
 	steps := 100_000
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		steps = 5_000
 	}
 	cov := make(map[string]int)

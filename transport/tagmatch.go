@@ -64,17 +64,18 @@ type tmMessage struct {
 	rvh  wire.RVHFields
 }
 
-// rndvSlots is how many rendezvous READs a QP runs at once: each holds a
-// READ and then a FIN among the QP's InternalSlots requests.
-const rndvSlots = InternalSlots / 2
+// rndvSlots is how many rendezvous READs a QP runs at once. A READ holds
+// one of the QP's InternalSlots requests and its FIN takes the same slot
+// when the READ completes (completeHead frees it before calling done), so
+// the FINs waiting for their ACKs and the READs never need more.
+const rndvSlots = InternalSlots
 
 // maxTagSGE bounds a tag's scatter list as the rendezvous READ keeps it.
 const maxTagSGE = 4
 
 // rndvOp is one rendezvous in progress: its READ, then its FIN.
 type rndvOp struct {
-	busy      bool // from the match until the FIN is sent
-	reading   bool // the READ is outstanding: the tag has not had its last completion
+	busy      bool // from the match until its READ ends (the tag's last completion)
 	handle    uint32
 	wrID      uint64
 	tag       uint64
@@ -83,9 +84,11 @@ type rndvOp struct {
 	sgl       [maxTagSGE]verbs.SGE
 	sglN      int
 	readDone  func(verbs.WCStatus) // made once per slot
-	finDone   func(verbs.WCStatus)
 	finHeader [wire.TMHSize]byte
 }
+
+// finDone is the outcome of a FIN: nothing waits for it.
+func finDone(verbs.WCStatus) {}
 
 // rndvState is a QP's rendezvous slots, made on the first rendezvous.
 type rndvState struct {
@@ -105,7 +108,7 @@ func (r *Responder) chooseTagged(q *QP, p *wire.Packet) bool {
 	}
 	switch op {
 	case wire.TMEager, wire.TMRendezvous:
-		if op == wire.TMRendezvous && r.freeRndv(q) < 0 {
+		if op == wire.TMRendezvous && (r.freeRndv(q) < 0 || q.internal >= InternalSlots) {
 			return false // its READ would have no room: the sender tries again
 		}
 		v, h, syncReq := q.TQ.Arrive(tmh.Tag(), &r.recv)
@@ -196,8 +199,7 @@ func (r *Responder) freeRndv(q *QP) int {
 		r.rndv = &rndvState{}
 		for i := range r.rndv.ops {
 			op := &r.rndv.ops[i]
-			op.readDone = func(status verbs.WCStatus) { r.rndvRead(q, op, status) }
-			op.finDone = func(verbs.WCStatus) { op.busy = false }
+			op.readDone = func(status verbs.WCStatus) { r.rndvFinish(q, op, status) }
 		}
 	}
 	for i := range r.rndv.ops {
@@ -214,8 +216,8 @@ func (r *Responder) startRndv(q *QP, fx *Effects) {
 	m := &r.tm
 	i := r.freeRndv(q) // chooseTagged made sure there is one
 	op := &r.rndv.ops[i]
-	*op = rndvOp{busy: true, reading: true, handle: m.handle, wrID: r.recv.WRID, tag: m.tag, appCtx: m.appCtx,
-		length: m.rvh.Length, readDone: op.readDone, finDone: op.finDone}
+	*op = rndvOp{busy: true, handle: m.handle, wrID: r.recv.WRID, tag: m.tag, appCtx: m.appCtx,
+		length: m.rvh.Length, readDone: op.readDone}
 	// The tag's scatter list cut to the RVH's length.
 	left := m.rvh.Length
 	for _, sge := range r.recv.SGL {
@@ -245,18 +247,14 @@ func (r *Responder) startRndv(q *QP, fx *Effects) {
 	}
 }
 
-// rndvRead is a rendezvous READ's outcome.
-func (r *Responder) rndvRead(q *QP, op *rndvOp, status verbs.WCStatus) {
-	r.rndvFinish(q, op, status)
-}
-
-// rndvFinish completes a rendezvous: the tag's second completion
-// (IBV_WC_TM_DATA_VALID when its data is in place) ends the entry, and
-// the FIN tells the sender its buffer is free. The FIN is sent whatever
-// the outcome, so that the sender does not wait for ever; it is lost
-// with the QP when the QP is in the error state.
+// rndvFinish completes a rendezvous (its READ's done): the tag's second
+// completion (IBV_WC_TM_DATA_VALID when its data is in place) ends the
+// entry, and the FIN tells the sender its buffer is free. The FIN is sent
+// whatever the outcome, so that the sender does not wait for ever; it is
+// not sent by a QP whose requester stopped (SQE, ERR), and then the
+// connection is broken anyway.
 func (r *Responder) rndvFinish(q *QP, op *rndvOp, status verbs.WCStatus) {
-	op.reading = false
+	op.busy = false
 	wc := verbs.WC{
 		WRID:   op.wrID,
 		Status: status,
@@ -270,9 +268,7 @@ func (r *Responder) rndvFinish(q *QP, op *rndvOp, status verbs.WCStatus) {
 	}
 	q.TQ.Complete(wc, false, true, op.handle)
 	wire.TMH(op.finHeader[:]).Encode(&wire.TMHFields{Opcode: wire.TMFin, AppCtx: op.appCtx, Tag: op.tag})
-	if !q.IssueInline(verbs.SendWR{Opcode: verbs.WRSend}, op.finHeader[:], op.finDone) {
-		op.busy = false
-	}
+	q.IssueInline(verbs.SendWR{Opcode: verbs.WRSend}, op.finHeader[:], finDone)
 }
 
 // resetTagged ends the tag-matching work of a QP being reset: its
@@ -290,11 +286,11 @@ func (r *Responder) resetTagged(q *QP) {
 	}
 	for i := range r.rndv.ops {
 		op := &r.rndv.ops[i]
-		if op.busy && op.reading {
+		if op.busy {
 			wc := verbs.WC{WRID: op.wrID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCTMRecv, QPNum: q.P.QPN,
 				TMInfo: verbs.TMInfo{Tag: op.tag, Priv: op.appCtx}}
 			q.TQ.Complete(wc, false, true, op.handle)
 		}
-		op.busy, op.reading = false, false
+		op.busy = false
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package tm
+
+const raceEnabled = false
