@@ -30,7 +30,8 @@ const demoUsage = `usage: softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-los
 Open two softhca devices, A and B, in this process, connected over UDP
 loopback (A on 127.0.0.1, B on 127.0.0.2), and walk through the verbs one
 step at a time: RC SEND, RDMA WRITE, RDMA READ, FETCH_AND_ADD,
-CMP_AND_SWP and a UD SEND. Each step prints the packets on the wire (a
+CMP_AND_SWP, a UD SEND, and tag matching (an EAGER and a rendezvous
+message to a tag-matching SRQ). Each step prints the packets on the wire (a
 ladder: "A -> B" is sent by A, "A <- B" by B), the completions and a check
 of the data that moved.
 
@@ -43,17 +44,25 @@ passes, 1 otherwise, 2 on usage errors.
 Flags:
 `
 
-// Demo memory layout: each device registers one 4 KiB buffer; each step
+// Demo memory layout: each device registers one 8 KiB buffer; each step
 // uses its own area of it.
 const (
-	demoBufSize = 4096
+	demoBufSize = 8192
 	offSend     = 0    // step 1: A's message, B's receive buffer
 	offWrite    = 1024 // step 2: A's source, B's target
 	offRead     = 2048 // step 3: B's source, A's target
 	offAtomic   = 3072 // steps 4, 5: B's counter; A's results at +0 and +8
 	offUD       = 3584 // step 6: A's message, B's receive buffer (GRH area first)
 	grhArea     = 40   // the GRH area at the start of every UD receive buffer
-	demoPSN     = 100  // first PSN of both RC QPs
+	// Steps 7 and 8 (tag matching): A's messages and B's tag buffers.
+	offEager    = 4096 // A's EAGER message; B's first tag buffer
+	offRndvReq  = 4608 // A's rendezvous request (TMH + RVH)
+	offRndvData = 5120 // A's data that B reads; B's second tag buffer
+	offFIN      = 6144 // A's receive buffer for the FIN
+	tagEager    = 0x700
+	tagRndv     = 0x701
+	rndvMsg     = "Read by B from A's memory, found by its tag"
+	demoPSN     = 100 // first PSN of both RC QPs
 	demoQKey    = 0x11111111
 	readMsg     = "Read by A from B's memory" // step 3's data in B's memory
 )
@@ -172,6 +181,10 @@ type demoSide struct {
 	mr     *hca.MR
 	buf    []byte
 	rc, ud *hca.QP
+	// Tag matching: B's tag-matching SRQ (nil on A) and an RC QP on
+	// each side (B's on the SRQ).
+	tmSRQ *hca.SRQ
+	tm    *hca.QP
 }
 
 // ports returns the UDP ports the devices used, without repeats.
@@ -228,6 +241,7 @@ func (d *demo) run(addrA, addrB netip.Addr, port uint16) error {
 	d.printf("  A: %s port %d    B: %s port %d\n", d.a.local.Src, d.a.local.SrcPort, d.b.local.Src, d.b.local.SrcPort)
 	d.printf("  RC (reliable connected) QPs:  A %#x <-> B %#x, first PSN %d\n", d.a.rc.Num(), d.b.rc.Num(), demoPSN)
 	d.printf("  UD (unreliable datagram) QPs: A %#x,  B %#x, Q_Key %#x\n", d.a.ud.Num(), d.b.ud.Num(), demoQKey)
+	d.printf("  RC QPs for tag matching:      A %#x <-> B %#x (B's on a tag-matching SRQ)\n", d.a.tm.Num(), d.b.tm.Num())
 	d.printf("Ladders show each packet once, when its sender sends it (\"A -> B\": A sent it,\n")
 	d.printf("\"A <- B\": B sent it), with times from the step's first packet; qp= is the\n")
 	d.printf("destination QP, psn= the packet sequence number, ackreq asks for an ACK.\n")
@@ -245,6 +259,8 @@ func (d *demo) run(addrA, addrB netip.Addr, port uint16) error {
 		{"ATOMIC FETCH_AND_ADD", d.stepFetchAdd},
 		{"ATOMIC CMP_AND_SWP", d.stepCmpSwap},
 		{"UD SEND", d.stepUDSend},
+		{"TAG MATCHING, EAGER", d.stepTMEager},
+		{"TAG MATCHING, RENDEZVOUS", d.stepTMRndv},
 	}
 	for i, s := range steps {
 		d.printf("\nStep %d: %s\n", i+1, s.title)
@@ -414,7 +430,21 @@ func (s *demoSide) setup() error {
 	if s.rc, err = create(verbs.QPTypeRC); err != nil {
 		return err
 	}
-	s.ud, err = create(verbs.QPTypeUD)
+	if s.ud, err = create(verbs.QPTypeUD); err != nil {
+		return err
+	}
+	if s.name == "A" {
+		s.tm, err = create(verbs.QPTypeRC)
+		return err
+	}
+	// B's tag-matching SRQ: tags on its list, ordinary buffers for what
+	// matches none, every completion on B's CQ.
+	if s.tmSRQ, err = s.pd.CreateSRQ(&hca.SRQInitAttr{Attr: verbs.SRQAttr{MaxWR: 4, MaxSGE: 1},
+		TM: &hca.TMCap{MaxNumTags: 4, MaxOps: 4}, CQ: s.cq}); err != nil {
+		return err
+	}
+	s.tm, err = s.pd.CreateQP(&hca.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, SRQ: s.tmSRQ, QPType: verbs.QPTypeRC,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
 	return err
 }
 
@@ -440,6 +470,9 @@ func (d *demo) connect() error {
 		}
 		if err := me.rc.Connect(hca.Remote{QPN: peer.rc.Num(), PSN: demoPSN, GID: gid}, rc); err != nil {
 			return fmt.Errorf("%s: RC QP: %w", me.name, err)
+		}
+		if err := me.tm.Connect(hca.Remote{QPN: peer.tm.Num(), PSN: demoPSN, GID: gid}, rc); err != nil {
+			return fmt.Errorf("%s: tag-matching RC QP: %w", me.name, err)
 		}
 		// UD: no peer; each send names its destination.
 		if err := me.ud.Connect(hca.Remote{}, &hca.ConnectOptions{PSN: demoPSN, QKey: demoQKey}); err != nil {
@@ -513,8 +546,8 @@ func (d *demo) step(intro []string, post func() error, want []wantWC, notes []st
 		if wc.WCFlags&(verbs.WCFlagWithImm|verbs.WCFlagWithInv) != 0 {
 			imm = fmt.Sprintf("%#x", wc.ImmData)
 		}
-		d.printf("    %s  wr_id=%d  status=%s  opcode=%s  byte_len=%d  imm=%s\n",
-			g.side.name, wc.WRID, wc.Status, wc.Opcode, wc.ByteLen, imm)
+		d.printf("    %s  wr_id=%d  status=%s  opcode=%s  byte_len=%d  imm=%s%s\n",
+			g.side.name, wc.WRID, wc.Status, wc.Opcode, wc.ByteLen, imm, tmSummary(wc))
 	}
 	return err
 }
@@ -788,4 +821,107 @@ func (l *lossyLink) Send(pkts []link.Packet) error {
 		return nil
 	}
 	return l.Link.Send(l.out)
+}
+
+// tmSummary describes a tag-matching completion's flags and tag.
+func tmSummary(wc *verbs.WC) string {
+	switch wc.Opcode {
+	case verbs.WCTMAdd, verbs.WCTMDel, verbs.WCTMSync, verbs.WCTMRecv, verbs.WCTMNoTag:
+	default:
+		return ""
+	}
+	var flags []string
+	for _, f := range []struct {
+		bit  verbs.WCFlags
+		name string
+	}{{verbs.WCFlagTMMatch, "MATCH"}, {verbs.WCFlagTMDataValid, "DATA_VALID"}, {verbs.WCFlagTMSyncReq, "SYNC_REQ"}} {
+		if wc.WCFlags&f.bit != 0 {
+			flags = append(flags, f.name)
+		}
+	}
+	s := ""
+	if len(flags) > 0 {
+		s = "  flags=" + strings.Join(flags, "|")
+	}
+	if wc.WCFlags&verbs.WCFlagTMMatch != 0 || wc.WCFlags&verbs.WCFlagTMDataValid != 0 {
+		s += fmt.Sprintf("  tag=%#x", wc.TMInfo.Tag)
+	}
+	return s
+}
+
+// addTag puts a tag on B's tag-matching SRQ's list, signaled: the
+// TAG_ADD completes with wr_id 10*recvWRID, the tag's messages with
+// recvWRID.
+func (d *demo) addTag(recvWRID, tag uint64, off, n int) error {
+	b := d.b
+	_, err := b.tmSRQ.PostOps(&verbs.OpsWR{WRID: 10 * recvWRID, Opcode: verbs.WRTagAdd, Flags: verbs.OpsSignaled,
+		TM: verbs.TMOp{Add: verbs.TagAdd{RecvWRID: recvWRID, Tag: tag, Mask: ^uint64(0), SGList: []verbs.SGE{b.mr.SGE(off, n)}}}})
+	return err
+}
+
+func (d *demo) stepTMEager() error {
+	a, b := d.a, d.b
+	msg := "Eager: the data rides in the SEND"
+	wire.TMH(a.buf[offEager:]).Encode(&wire.TMHFields{Opcode: wire.TMEager, AppCtx: 1, Tag: tagEager})
+	copy(a.buf[offEager+wire.TMHSize:], msg)
+	n := wire.TMHSize + len(msg)
+	err := d.step([]string{
+		fmt.Sprintf("B puts tag %#x on its tag-matching SRQ's list (ibv_post_srq_ops TAG_ADD) with a", tagEager),
+		"buffer. A SENDs a message that starts with a 16-byte tag-matching header",
+		fmt.Sprintf("(TMH: opcode EAGER, tag %#x); B's device matches the tag and puts the data", tagEager),
+		"after the TMH into that tag's buffer, not into an ordinary receive.",
+	}, func() error {
+		if err := d.addTag(7, tagEager, offEager, 256); err != nil {
+			return err
+		}
+		_, err := a.tm.PostSend(&verbs.SendWR{WRID: 7, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.mr.SGE(offEager, n)}})
+		return err
+	}, []wantWC{{a, 7, verbs.WCSend, -1}, {b, 70, verbs.WCTMAdd, -1}, {b, 7, verbs.WCTMRecv, len(msg)}}, []string{
+		"On the wire it is an ordinary SEND: tag matching needs nothing of the sender.",
+		"TM_RECV with MATCH and DATA_VALID: the tag's buffer holds the data; byte_len",
+		"counts it without the TMH.",
+	})
+	if err != nil {
+		return err
+	}
+	return d.checkBytes("B's tag", b.buf[offEager:offEager+len(msg)], msg)
+}
+
+func (d *demo) stepTMRndv() error {
+	a, b := d.a, d.b
+	copy(a.buf[offRndvData:], rndvMsg)
+	wire.TMH(a.buf[offRndvReq:]).Encode(&wire.TMHFields{Opcode: wire.TMRendezvous, AppCtx: 2, Tag: tagRndv})
+	wire.RVH(a.buf[offRndvReq+wire.TMHSize:]).Encode(&wire.RVHFields{
+		VirtualAddress: a.mr.Addr() + offRndvData, RKey: a.mr.RKey(), Length: uint32(len(rndvMsg))})
+	err := d.step([]string{
+		fmt.Sprintf("Rendezvous, for large messages: A SENDs only a TMH (opcode RNDV, tag %#x) and an", tagRndv),
+		"RVH naming its buffer (address, R_Key, length). B's device matches the tag,",
+		"READs A's buffer straight into the tag's buffer, then SENDs A a FIN (a TMH",
+		"with opcode FIN) so that A may reuse its buffer.",
+	}, func() error {
+		if _, err := a.tm.PostRecv(&verbs.RecvWR{WRID: 9, SGList: []verbs.SGE{a.mr.SGE(offFIN, 64)}}); err != nil {
+			return err
+		}
+		if err := d.addTag(8, tagRndv, offRndvData, 256); err != nil {
+			return err
+		}
+		_, err := a.tm.PostSend(&verbs.SendWR{WRID: 8, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.mr.SGE(offRndvReq, wire.TMHSize+wire.RVHSize)}})
+		return err
+	}, []wantWC{{a, 8, verbs.WCSend, -1}, {a, 9, verbs.WCRecv, wire.TMHSize}, {b, 80, verbs.WCTMAdd, -1},
+		{b, 8, verbs.WCTMRecv, len(rndvMsg)}, {b, 8, verbs.WCTMRecv, len(rndvMsg)}}, []string{
+		"The READ is a request of B's own QP (B's PSNs, B's retries), sent as soon as",
+		"the tag matched; A answers it as it answers any READ.",
+		"Two TM_RECVs: MATCH when the tag is found, DATA_VALID once the READ has",
+		"brought the data; A's RECV is the FIN.",
+	})
+	if err != nil {
+		return err
+	}
+	if fin := wire.TMH(a.buf[offFIN : offFIN+wire.TMHSize]); fin.Opcode() != wire.TMFin || fin.Tag() != tagRndv {
+		return fmt.Errorf("A's FIN holds % x, want a TMH with opcode FIN and tag %#x", []byte(fin), tagRndv)
+	}
+	d.printf("  A's FIN: a TMH with opcode FIN and tag %#x\n", tagRndv)
+	return d.checkBytes("B's tag", b.buf[offRndvData:offRndvData+len(rndvMsg)], rndvMsg)
 }

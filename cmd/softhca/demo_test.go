@@ -31,6 +31,8 @@ var demoHeadings = []string{
 	"Step 4: ATOMIC FETCH_AND_ADD",
 	"Step 5: ATOMIC CMP_AND_SWP",
 	"Step 6: UD SEND",
+	"Step 7: TAG MATCHING, EAGER",
+	"Step 8: TAG MATCHING, RENDEZVOUS",
 }
 
 // demoOpcodes are the opcodes the demo's ladder and capture must show.
@@ -70,9 +72,10 @@ func runDemoOK(t *testing.T, args ...string) string {
 	for _, op := range demoOpcodes {
 		require.Regexp(t, `ms  A (->|<-) B  `+regexp.QuoteMeta(op.String())+`  qp=`, stdout, "ladder shows %s", op)
 	}
-	// Eight completions (two per SEND), every one successful.
-	wcs := regexp.MustCompile(`(?m)^    ([AB])  wr_id=(\d+)  status=([^ ]+(?: [^ ]+)*)  opcode=(\S+)  byte_len=(\d+)  imm=(\S+)$`).FindAllStringSubmatch(stdout, -1)
-	require.Len(t, wcs, 8, "completions:\n%s", stdout)
+	// Sixteen completions (two per SEND; steps 7 and 8 add the TAG_ADDs,
+	// two TM_RECVs for the rendezvous and A's FIN), every one successful.
+	wcs := regexp.MustCompile(`(?m)^    ([AB])  wr_id=(\d+)  status=([^ ]+(?: [^ ]+)*)  opcode=(\S+)  byte_len=(\d+)  imm=(\S+)(  flags=\S+)?(  tag=\S+)?$`).FindAllStringSubmatch(stdout, -1)
+	require.Len(t, wcs, 16, "completions:\n%s", stdout)
 	for _, m := range wcs {
 		require.Equal(t, "success", m[3], "completion %q", m[0])
 	}
@@ -91,7 +94,15 @@ func runDemoOK(t *testing.T, args ...string) string {
 		"A's buffer now holds the original value 100; B's counter now holds 105",
 		"A's buffer now holds the original value 105; B's counter now holds 7",
 		`B's buffer now holds: "Hello over UD"`,
-		"All 6 steps passed",
+		"B  wr_id=70  status=success  opcode=TM_ADD",
+		"B  wr_id=7  status=success  opcode=TM_RECV  byte_len=33  imm=none  flags=MATCH|DATA_VALID  tag=0x700",
+		`B's tag buffer now holds: "Eager: the data rides in the SEND"`,
+		"B  wr_id=8  status=success  opcode=TM_RECV  byte_len=43  imm=none  flags=MATCH  tag=0x701",
+		"B  wr_id=8  status=success  opcode=TM_RECV  byte_len=43  imm=none  flags=DATA_VALID  tag=0x701",
+		"A  wr_id=9  status=success  opcode=RECV  byte_len=16",
+		"A's FIN: a TMH with opcode FIN and tag 0x701",
+		`B's tag buffer now holds: "Read by B from A's memory, found by its tag"`,
+		"All 8 steps passed",
 	} {
 		require.Contains(t, stdout, want)
 	}
@@ -106,9 +117,9 @@ func TestDemo(t *testing.T) {
 	require.Contains(t, out, "B's GRH area names the sender 127.0.0.1")
 	require.NotContains(t, out, "LOST")
 	require.NotContains(t, out, "icrc BAD")
-	// Each packet once: without loss, exactly the 11 packets of the steps.
-	require.Equal(t, 11, strings.Count(out, " ms  A "), out)
-	require.Contains(t, out, "11 packets sent.")
+	// Each packet once: without loss, exactly the 19 packets of the steps.
+	require.Equal(t, 19, strings.Count(out, " ms  A "), out)
+	require.Contains(t, out, "19 packets sent.")
 }
 
 // TestDemoPcap checks the capture: every packet parses with wire.Parse,
@@ -125,7 +136,7 @@ func TestDemoPcap(t *testing.T) {
 
 	m := regexp.MustCompile(`Wrote (\d+) packets to (.*)\. `).FindStringSubmatch(out)
 	require.NotNil(t, m, out)
-	require.Equal(t, "11", m[1])
+	require.Equal(t, "19", m[1])
 	require.Equal(t, file, m[2])
 
 	f, err := os.Open(file)
@@ -153,8 +164,15 @@ func TestDemoPcap(t *testing.T) {
 		wire.RCFetchAdd, wire.RCAtomicAcknowledge,
 		wire.RCCompareSwap, wire.RCAtomicAcknowledge,
 		wire.UDSendOnly,
+		wire.RCSendOnly, wire.RCAcknowledge, // EAGER
 	}
-	require.Equal(t, want, ops)
+	require.Equal(t, want, ops[:len(want)])
+	// The rendezvous: its request, B's READ and the ACK of the request
+	// (B sends those two in the same turn), the READ's response, the FIN
+	// and its ACK.
+	rndv := []wire.OpCode{wire.RCSendOnly, wire.RCRDMAReadRequest, wire.RCAcknowledge,
+		wire.RCRDMAReadResponseOnly, wire.RCSendOnly, wire.RCAcknowledge}
+	require.ElementsMatch(t, rndv, ops[len(want):])
 
 	// The printed tshark command names the ports the run used.
 	cm := regexp.MustCompile(`(?m)^  (tshark -r .*)$`).FindStringSubmatch(out)
@@ -168,12 +186,12 @@ func TestDemoPcap(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Run(), "%s\nstderr: %s", cm[1], stderr.String())
 	lines := strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n")
-	require.Len(t, lines, len(want), stdout.String())
+	require.Len(t, lines, len(ops), stdout.String())
 	for i, line := range lines {
 		col := strings.SplitN(line, "\t", 2)
 		require.Len(t, col, 2, "line %q", line)
-		require.Equal(t, strconv.Itoa(int(want[i])), col[0], "frame %d: %q", i+1, line)
-		require.True(t, strings.HasPrefix(col[1], want[i].String()), "frame %d: Info %q", i+1, col[1])
+		require.Equal(t, strconv.Itoa(int(ops[i])), col[0], "frame %d: %q", i+1, line)
+		require.True(t, strings.HasPrefix(col[1], ops[i].String()), "frame %d: Info %q", i+1, col[1])
 		require.NotContains(t, line, "Malformed")
 	}
 }
