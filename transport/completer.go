@@ -76,9 +76,10 @@ func (c *Completer) receive(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 		syn := p.AETH.Syndrome()
 		switch syn.Kind() {
 		case wire.AckKindRNRNAK, wire.AckKindNAK:
-			if psn.Diff(r.ackPSN) < 0 {
-				// A NAK names a PSN not received; one already
-				// acknowledged makes it a late or duplicated packet.
+			if psn.Diff(r.ackPSN) < 0 || psn.Diff(r.maxPSN) >= 0 {
+				// A NAK names a PSN sent and not received: one
+				// already acknowledged makes it a late or duplicated
+				// packet, one never sent a forged or misdirected one.
 				env.Stats.Drop(DropStaleResponse)
 				return
 			}

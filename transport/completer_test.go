@@ -597,3 +597,30 @@ func TestCompleterNAKAfterTimeout(t *testing.T) {
 	_, pkts := h.run()
 	require.Equal(t, seq(testSQPSN+2, 2), psns(pkts), "resent from the NAKed PSN")
 }
+
+// TestNAKForUnsentPSN: a NAK or RNR NAK syndrome naming a PSN the
+// requester never sent is dropped as a stale response and changes
+// nothing. An ACK packet was already checked; a READ response or ATOMIC
+// acknowledge carrying a NAK syndrome was not: on a QP with nothing
+// outstanding it passed uncounted (FuzzQPReceive found it), on one with
+// requests outstanding it acknowledged up to the PSN before it.
+func TestNAKForUnsentPSN(t *testing.T) {
+	for _, op := range []wire.OpCode{wire.RCAcknowledge, wire.RCRDMAReadResponseOnly, wire.RCAtomicAcknowledge} {
+		for _, syn := range []wire.Syndrome{wire.NAKSyndrome(wire.NAKPSNSequenceError), wire.RNRNAKSyndrome(3),
+			wire.NAKSyndrome(wire.NAKRemoteAccessError)} {
+			idle := newRC(t)
+			_, _ = idle.receive(aethPacket(op, testSQPSN+100, syn, 0), nil)
+			idle.requireDrops(map[DropReason]uint64{DropStaleResponse: 1})
+
+			h := newRC(t)
+			h.post(sendWR(1, 0, 8))
+			h.post(sendWR(2, 0, 8))
+			_, _ = h.run()
+			_, pkts := h.receive(aethPacket(op, testSQPSN+5, syn, 0), nil)
+			require.Empty(t, pkts)
+			h.requireDrops(map[DropReason]uint64{DropStaleResponse: 1})
+			require.Empty(t, h.scq.take(), "%s %s: the outstanding SENDs are neither acknowledged nor failed", op, syn)
+			require.Equal(t, 2, h.sq.Len())
+		}
+	}
+}
