@@ -125,7 +125,16 @@ func fuzzQPs(t testing.TB) []*qpt {
 	}
 	rc.q.Run(rc.env())
 	rc.out.take()
-	return []*qpt{rc, uc, ud}
+	// An RC QP on a tag-matching SRQ: two tags (0 and 1) and the
+	// ordinary buffers above.
+	tm := newQPTSized(t, defaultParams(verbs.QPTypeRC), size)
+	tq := &fakeTQ{rq: tm.rq}
+	tm.q.TQ = tq
+	tm.postRecv(1, 0, 700)
+	tm.postRecv(2, 1024, 1000)
+	tq.addTag(0, 0, 10, 2100, 500)
+	tq.addTag(1, 1, 11, 2600, 1400)
+	return []*qpt{rc, uc, ud, tm}
 }
 
 // fuzzSends are the RC QP's send WQEs: PSNs SEND 1000-1002, READ
@@ -244,8 +253,27 @@ func fuzzSeeds(t testing.TB) [][]byte {
 			seedPacket(wire.RCSendOnly, testRQPSN+6), seedPacket(wire.RCSendMiddle, testRQPSN),
 			seedPacket(wire.UCSendMiddle, testRQPSN+7), seedPacket(wire.UCSendMiddle, testRQPSN+7)),
 		frames(0, withPKey(seedPacket(wire.RCSendOnly, testRQPSN), 0x1234), withQKey(seedPacket(wire.UDSendOnly, 1), 9)),
+		// Tag matching (the fourth QP): EAGER to tag 0, a rendezvous to
+		// tag 1 and its READ's responses, NO_TAG, FIN, an unexpected tag.
+		frames(1, seedTM(wire.RCSendOnly, testRQPSN, append(tmh(wire.TMEager, 0, 1), 7, 7, 7, 7)),
+			seedTM(wire.RCSendOnly, testRQPSN+1, append(tmh(wire.TMRendezvous, 1, 2), rvh(peerVA, rkeyPeer, 300)...)),
+			seedTM(wire.RCRDMAReadResponseFirst, testSQPSN, make([]byte, testMTU)),
+			seedTM(wire.RCRDMAReadResponseLast, testSQPSN+1, make([]byte, 300-testMTU)),
+			seedTM(wire.RCSendOnly, testRQPSN+2, tmh(wire.TMNoTag, 0, 0)),
+			seedTM(wire.RCSendOnly, testRQPSN+3, tmh(wire.TMFin, 1, 2)),
+			seedTM(wire.RCSendOnly, testRQPSN+4, tmh(wire.TMEager, 99, 0))),
 	)
 	return seeds
+}
+
+// seedTM is an RC packet from the peer with the payload given (and an
+// AETH for a READ response).
+func seedTM(op wire.OpCode, psn uint32, payload []byte) []byte {
+	var hd wire.Headers
+	hd.BTH = wire.BTHFields{OpCode: op, PKey: 0xffff, DestQP: testQPN, PSN: wire.MakePSN(psn), AckReq: op.Info().Pos.Last()}
+	hd.AETH = wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsInvalid), MSN: 1}
+	n := wire.Net{Src: peerAddr, Dst: localAddr}
+	return wire.AppendPacket(nil, &n, &hd, payload)
 }
 
 // withPKey sets a packet's P_Key.
