@@ -73,6 +73,10 @@ const rndvSlots = InternalSlots
 // maxTagSGE bounds a tag's scatter list as the rendezvous READ keeps it.
 const maxTagSGE = 4
 
+// maxMessage is the longest message, and so the longest READ (IBTA
+// 9.4.4: 2^31 bytes).
+const maxMessage = 1 << 31
+
 // rndvOp is one rendezvous in progress: its READ, then its FIN.
 type rndvOp struct {
 	busy      bool // from the match until its READ ends (the tag's last completion)
@@ -230,8 +234,9 @@ func (r *Responder) startRndv(q *QP, fx *Effects) {
 		op.sglN++
 	}
 	switch {
-	case left > 0:
-		// ibv_post_recv(3)'s rule for a message longer than its buffer.
+	case left > 0 || m.rvh.Length > maxMessage:
+		// ibv_post_recv(3)'s rule for a message longer than its buffer;
+		// a READ longer than a message may be is refused the same way.
 		r.rndvFinish(q, op, verbs.WCLocLenErr)
 	case m.rvh.Length == 0:
 		r.rndvFinish(q, op, verbs.WCSuccess)

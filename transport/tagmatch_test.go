@@ -235,3 +235,23 @@ func TestTMRendezvousSlots(t *testing.T) {
 	require.True(t, pkts[len(pkts)-1].syn().Kind() == wire.AckKindRNRNAK)
 	require.Len(t, tq.tags, 1, "not matched")
 }
+
+// TestTMRendezvousTooLong: an RVH longer than the tag's buffer, or than a
+// message may be, completes the tag with LOC_LEN_ERR without a READ; the
+// FIN is still sent.
+func TestTMRendezvousTooLong(t *testing.T) {
+	for _, c := range []struct {
+		buf, rvh uint32
+	}{{100, 101}, {0xffffffff, 1<<31 + 1}} {
+		h, tq := newTM(t)
+		tq.addTag(1, 2, 3, 0, c.buf)
+		_, _ = h.receive(request(wire.RCSendOnly, testRQPSN), append(tmh(wire.TMRendezvous, 1, 0), rvh(peerVA, rkeyPeer, c.rvh)...))
+		got := tq.take()
+		require.Len(t, got, 2)
+		require.Equal(t, verbs.WCTMRecv, got[1].Opcode)
+		require.Equal(t, verbs.WCLocLenErr, got[1].Status, "buffer %d, RVH %d", c.buf, c.rvh)
+		require.Equal(t, []uint32{2}, tq.ends)
+		_, pkts := h.run()
+		require.Equal(t, []wire.OpCode{wire.RCSendOnly, wire.RCAcknowledge}, ops(pkts), "the FIN, no READ")
+	}
+}
