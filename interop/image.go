@@ -21,14 +21,29 @@ import (
 	"time"
 )
 
-// The guest's /init and the immediate-data test program, built into the
-// image.
+// The guest's /init and the test programs built into the image: shca-imm
+// (immediate data) and shca-tm (tag-matching messages), with the header
+// they share.
 var (
 	//go:embed guest/init
 	guestInit []byte
 	//go:embed guest/imm.c
 	guestImmC []byte
+	//go:embed guest/tm.c
+	guestTMC []byte
+	//go:embed guest/shca.h
+	guestShcaH []byte
 )
+
+// guestPrograms are the guest's C programs: name in /usr/bin, source.
+var guestPrograms = []struct {
+	name string
+	src  *[]byte
+	file string
+}{
+	{"shca-imm", &guestImmC, "imm.c"},
+	{"shca-tm", &guestTMC, "tm.c"},
+}
 
 // imageFormat changes whenever the image builder changes what it puts in
 // an image, so that cached images built by an older builder are not used.
@@ -185,7 +200,10 @@ func BuildImage(ctx context.Context, cfg ImageConfig) (*Image, error) {
 	}
 	fmt.Fprintln(h, strings.Join(GuestModules, " "))
 	h.Write(guestInit)
-	h.Write(guestImmC)
+	h.Write(guestShcaH)
+	for _, p := range guestPrograms {
+		h.Write(*p.src)
+	}
 	key := hex.EncodeToString(h.Sum(nil))[:16]
 	img := &Image{
 		Dir: filepath.Join(cfg.CacheDir, "image-"+key),
@@ -466,14 +484,19 @@ func assemble(ctx context.Context, dir, debDir string, debs []deb, kpkg string, 
 	if err := os.WriteFile(filepath.Join(root, "init"), guestInit, 0o755); err != nil {
 		return err
 	}
-	// The immediate-data program, built against the host's libibverbs
-	// (the same Debian release as the guest's).
-	src := filepath.Join(dir, "imm.c")
-	if err := os.WriteFile(src, guestImmC, 0o644); err != nil {
+	// The test programs, built against the host's libibverbs (the same
+	// Debian release as the guest's).
+	if err := os.WriteFile(filepath.Join(dir, "shca.h"), guestShcaH, 0o644); err != nil {
 		return err
 	}
-	if out, err := command(ctx, "", "gcc", "-O2", "-Wall", "-Werror", "-o", filepath.Join(root, "usr/bin/shca-imm"), src, "-libverbs"); err != nil {
-		return fmt.Errorf("gcc shca-imm: %w\n%s", err, out)
+	for _, p := range guestPrograms {
+		src := filepath.Join(dir, p.file)
+		if err := os.WriteFile(src, *p.src, 0o644); err != nil {
+			return err
+		}
+		if out, err := command(ctx, "", "gcc", "-O2", "-Wall", "-Werror", "-o", filepath.Join(root, "usr/bin", p.name), src, "-libverbs"); err != nil {
+			return fmt.Errorf("gcc %s: %w\n%s", p.name, err, out)
+		}
 	}
 	if out, err := command(ctx, "", "ldconfig", "-r", root); err != nil {
 		return fmt.Errorf("ldconfig -r: %w\n%s", err, out)

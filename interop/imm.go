@@ -105,20 +105,11 @@ func RunImm(ctx context.Context, cfg ImmConfig) (res ImmResult, err error) {
 	if logw == nil {
 		logw = io.Discard
 	}
-	lk, err := udp.Open(udp.Config{Addr: cfg.Local, GSO: true, GRO: true, ECN: true})
+	dev, closeDev, err := openHostDevice(cfg.Local, &res)
 	if err != nil {
-		return res, fmt.Errorf("softhca link on %v: %w", cfg.Local, err)
-	}
-	dev, err := hca.Open(hca.Config{Name: "softhca0", Link: lk, RxeRetryCompat: true})
-	if err != nil {
-		lk.Close()
 		return res, err
 	}
-	defer func() {
-		res.Transport = dev.TransportStats()
-		res.Link = lk.Stats()
-		dev.Close()
-	}()
+	defer closeDev()
 	size, count := cfg.Size, cfg.Count
 	slot := size
 	buf := make([]byte, 3*slot*count)
@@ -296,6 +287,27 @@ func RunImm(ctx context.Context, cfg ImmConfig) (res ImmResult, err error) {
 		return res, fmt.Errorf("softhca received %d wrong messages: %s", len(problems), strings.Join(problems, "; "))
 	}
 	return res, nil
+}
+
+// openHostDevice opens the softhca device of an in-process exchange on
+// local (UDP port 4791 on the bridge), with rxe's retry behaviour. Its
+// closer records the device's and the link's counters in res, then
+// closes the device.
+func openHostDevice(local netip.AddrPort, res *ImmResult) (*hca.Device, func(), error) {
+	lk, err := udp.Open(udp.Config{Addr: local, GSO: true, GRO: true, ECN: true})
+	if err != nil {
+		return nil, nil, fmt.Errorf("softhca link on %v: %w", local, err)
+	}
+	dev, err := hca.Open(hca.Config{Name: "softhca0", Link: lk, RxeRetryCompat: true})
+	if err != nil {
+		lk.Close()
+		return nil, nil, err
+	}
+	return dev, func() {
+		res.Transport = dev.TransportStats()
+		res.Link = lk.Stats()
+		dev.Close()
+	}, nil
 }
 
 // acceptCtx accepts one connection, giving up when ctx is done.

@@ -28,6 +28,7 @@ func TestInterop(t *testing.T) {
 	e := getEnv(t)
 	t.Run("guest", e.testGuest)
 	t.Run("imm", e.testImm)
+	t.Run("tm", e.testTM)
 	t.Run("pingpong", e.testPingpong)
 	t.Run("perftest", e.testPerftest)
 	t.Run("loss", e.testLoss)
@@ -64,7 +65,7 @@ func (e *env) testGuest(t *testing.T) {
 			}
 		}
 		tools := []string{"ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong",
-			"ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw", "shca-imm"}
+			"ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw", "shca-imm", "shca-tm"}
 		if _, err := e.vm.Sh(ctx, 30*time.Second, "for t in "+strings.Join(tools, " ")+
 			`; do command -v $t >/dev/null || { echo "missing $t"; exit 1; }; done`); err != nil {
 			t.Error(err)
@@ -160,6 +161,52 @@ func (e *env) runImm(t *testing.T, uc, softhcaServer bool, size, count int, mtu 
 		x.server, x.client = host, guest
 	}
 	return e.run(t, x)
+}
+
+// testTM sends EAGER and rendezvous messages from shca-tm on rxe to a
+// tag-matching SRQ of softhca in this process (RunTM): softhca matches
+// them by tag and READs each rendezvous' data from rxe's memory; shca-tm
+// checks the FINs. One-packet and multi-packet messages.
+func (e *env) testTM(t *testing.T) {
+	for _, size := range []int{1000, 65536} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			var note string
+			e.leaf(t, &note)
+			const count = 8
+			port := e.nextPort()
+			l, err := net.Listen("tcp", net.JoinHostPort(e.hostAddr().String(), strconv.Itoa(port)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			cfg := TMConfig{Local: netip.AddrPortFrom(e.hostAddr(), 4791), Listener: l, Size: size, Count: count, MTU: verbs.MTU1024}
+			host := endpoint{argv: []string{"RunTM", fmt.Sprintf("size=%d count=%d", size, count)}}
+			host.inproc = func(ctx context.Context, out io.Writer, statsFile string) error {
+				c := cfg
+				c.Log = out
+				res, err := RunTM(ctx, c)
+				writeImmStats(statsFile, res)
+				return err
+			}
+			guest := endpoint{guest: true, argv: []string{"shca-tm", "-d", RXEDevice, "-g", strconv.Itoa(e.gidx),
+				"-p", strconv.Itoa(port), "-s", strconv.Itoa(size), "-n", strconv.Itoa(count), "-m", "1024", e.hostAddr().String()}}
+			x := exchange{port: port, server: host, client: guest, timeout: 90 * time.Second,
+				verify: func(srv, cli string) []string {
+					var p []string
+					if !strings.Contains(cli, "shca-tm: OK") {
+						p = append(p, "shca-tm (rxe) did not report OK")
+					}
+					if n := strings.Count(srv, " ok\n"); n != count {
+						p = append(p, fmt.Sprintf("softhca checked %d tagged messages as ok, want %d", n, count))
+					}
+					if n := strings.Count(cli, "fin "); n != count/2 {
+						p = append(p, fmt.Sprintf("shca-tm received %d FINs, want %d", n, count/2))
+					}
+					return p
+				}}
+			note = e.run(t, x).note()
+		})
+	}
 }
 
 // writeImmStats saves softhca's counters from an in-process run in the
