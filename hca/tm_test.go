@@ -285,17 +285,37 @@ func TestTMRendezvousMatched(t *testing.T) {
 	}
 }
 
+// TestTMOverFaultyPipe: every kind of tagged message, and a phase sync,
+// over a pipe that loses, duplicates and reorders packets: each message
+// is delivered once, where its tag says.
 func TestTMOverFaultyPipe(t *testing.T) {
 	f := pipe.Faults{Loss: 0.02, Duplicate: 0.02, ReorderWindow: 4}
 	p := tmPipePair(t, f, tmSizes{srqWR: 4, tags: 4, mem: 4 << 20, mtu: verbs.MTU1024})
 	for i := range 20 {
+		// Unexpected (no tag 1000+i), then NO_TAG, then a sync.
+		p.postSRQ(t, uint64(500+2*i), 0x20000, 4096)
+		p.postSRQ(t, uint64(501+2*i), 0x21000, 4096)
+		n := p.eager(0, wire.TMEager, uint64(1000+i), 0, []byte("unexpected"))
+		p.send(t, 0, n)
+		got := p.next(t, p.s)
+		require.Equal(t, uint64(500+2*i), got.WRID)
+		require.Equal(t, verbs.WCTMRecv, got.Opcode)
+		require.Zero(t, got.WCFlags)
+		n = p.eager(0, wire.TMNoTag, 0, 0, []byte("no tag"))
+		p.send(t, 0, n)
+		got = p.next(t, p.s)
+		require.Equal(t, uint64(501+2*i), got.WRID)
+		require.Equal(t, verbs.WCTMNoTag, got.Opcode)
+		wc := p.ops(t, &verbs.OpsWR{WRID: 27, Opcode: verbs.WRTagSync, Flags: verbs.OpsTMSync, TM: verbs.TMOp{UnexpectedCnt: uint32(i + 1)}})
+		require.Zero(t, wc.WCFlags, "in sync after %d unexpected messages", i+1)
+
 		rndvMatched(t, p, uint32(1000+i*40000))
 		data := make([]byte, 1000+i*100)
 		fill(data, byte(i))
 		p.add(t, uint64(100+i), uint64(i), ^uint64(0), 8192, 1<<16, 0, 0)
-		n := p.eager(0, wire.TMEager, uint64(i), uint32(i), data)
+		n = p.eager(0, wire.TMEager, uint64(i), uint32(i), data)
 		p.send(t, 0, n)
-		got := p.next(t, p.s)
+		got = p.next(t, p.s)
 		require.Equal(t, uint64(100+i), got.WRID)
 		require.Equal(t, verbs.WCFlagTMMatch|verbs.WCFlagTMDataValid, got.WCFlags)
 		require.True(t, bytes.Equal(data, p.s.buf[8192:8192+len(data)]))
@@ -608,4 +628,71 @@ func tmThroughput(b *testing.B, rndv bool, size int) {
 	b.Logf("N=%d client: tx %d rx %d rnr %d timeouts %d retransmits %d drops %v; server: tx %d rx %d rnr sent %d drops %v",
 		b.N, sc.TxPackets, sc.RxPackets, sc.RNRNAKsReceived, sc.RetryTimeouts, sc.Retransmits, sc.DropNames(),
 		ss.TxPackets, ss.RxPackets, ss.RNRNAKsSent, ss.DropNames())
+}
+
+// TestTMSendHelpers: EagerSend, NoTagSend and RendezvousSend build the
+// messages a tag-matching SRQ takes apart, with the data in separate
+// scatter elements; FinTag reads the FIN; bad arguments are EINVAL.
+func TestTMSendHelpers(t *testing.T) {
+	p := tmPipePair(t, pipe.Faults{}, tmSizes{srqWR: 2, tags: 4, mem: 1 << 20, mtu: verbs.MTU1024})
+	data := []byte("data in its own scatter element")
+	copy(p.c.buf[8192:], data)
+	p.add(t, 1, 0x31, ^uint64(0), 0x10000, 4096, 0, 0)
+	wr, err := hca.EagerSend(1, hca.TMHeader{MR: p.c.mr, Off: 0}, 0x31, 0x99, p.c.mr.SGE(8192, len(data)))
+	require.NoError(t, err)
+	_, err = p.c.qp.PostSend(wr)
+	require.NoError(t, err)
+	got := p.next(t, p.s)
+	require.Equal(t, verbs.WCFlagTMMatch|verbs.WCFlagTMDataValid, got.WCFlags)
+	require.Equal(t, verbs.TMInfo{Tag: 0x31, Priv: 0x99}, got.TMInfo)
+	require.True(t, bytes.Equal(data, p.s.buf[0x10000:0x10000+len(data)]))
+	require.Equal(t, verbs.WCSend, p.nextSend(t).Opcode)
+
+	p.postSRQ(t, 7, 0x20000, 4096)
+	wr, err = hca.NoTagSend(2, hca.TMHeader{MR: p.c.mr, Off: 64}, p.c.mr.SGE(8192, len(data)))
+	require.NoError(t, err)
+	_, err = p.c.qp.PostSend(wr)
+	require.NoError(t, err)
+	got = p.next(t, p.s)
+	require.Equal(t, verbs.WCTMNoTag, got.Opcode)
+	require.EqualValues(t, wire.TMHSize+len(data), got.ByteLen)
+	p.nextSend(t)
+
+	_, err = p.c.qp.PostRecv(&verbs.RecvWR{WRID: 0xf1, SGList: []verbs.SGE{p.c.mr.SGE(4096, 64)}})
+	require.NoError(t, err)
+	p.add(t, 3, 0x32, ^uint64(0), 0x30000, 4096, 0, 0)
+	wr, err = hca.RendezvousSend(3, hca.TMHeader{MR: p.c.mr, Off: 128}, 0x32, 0x77, p.c.mr, 8192, len(data))
+	require.NoError(t, err)
+	_, err = p.c.qp.PostSend(wr)
+	require.NoError(t, err)
+	require.Equal(t, verbs.WCFlagTMMatch, p.next(t, p.s).WCFlags)
+	require.Equal(t, verbs.WCFlagTMDataValid, p.next(t, p.s).WCFlags)
+	require.True(t, bytes.Equal(data, p.s.buf[0x30000:0x30000+len(data)]))
+	p.nextSend(t)
+	fin := p.next(t, p.c)
+	require.Equal(t, verbs.WCRecv, fin.Opcode)
+	tag, appCtx, ok := hca.FinTag(p.c.buf[4096 : 4096+int(fin.ByteLen)])
+	require.True(t, ok)
+	require.Equal(t, uint64(0x32), tag)
+	require.Equal(t, uint32(0x77), appCtx)
+	_, _, ok = hca.FinTag(p.c.buf[8192:])
+	require.False(t, ok, "not a FIN")
+
+	for name, f := range map[string]func() error{
+		"header past the end": func() error {
+			_, err := hca.EagerSend(1, hca.TMHeader{MR: p.c.mr, Off: p.c.mr.Len() - 8}, 1, 1)
+			return err
+		},
+		"no header region": func() error { _, err := hca.NoTagSend(1, hca.TMHeader{}); return err },
+		"data outside": func() error {
+			_, err := hca.RendezvousSend(1, hca.TMHeader{MR: p.c.mr}, 1, 1, p.c.mr, p.c.mr.Len(), 1)
+			return err
+		},
+	} {
+		require.True(t, errors.Is(f(), syscall.EINVAL), name)
+	}
+	ro, err := p.c.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	require.NoError(t, err)
+	_, err = hca.RendezvousSend(1, hca.TMHeader{MR: p.c.mr}, 1, 1, ro, 0, 64)
+	require.True(t, errors.Is(err, syscall.EINVAL), "no REMOTE_READ: %v", err)
 }
