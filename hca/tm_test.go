@@ -82,6 +82,23 @@ func (p *tmPair) connectTM(t testing.TB, z tmSizes) {
 	}
 }
 
+// eachLink runs f on a connected pair over each kind of link: a clean
+// pipe, a pipe that loses 2%, duplicates 2% and reorders packets, and
+// real UDP sockets on loopback.
+func eachLink(t *testing.T, z tmSizes, f func(t *testing.T, p *tmPair)) {
+	t.Run("pipe", func(t *testing.T) { f(t, tmPipePair(t, pipe.Faults{}, z)) })
+	t.Run("lossy-pipe", func(t *testing.T) { f(t, tmPipePair(t, lossy, z)) })
+	t.Run("udp", func(t *testing.T) {
+		a, b := udpPairConfig(t, true, z.mem, hca.Config{})
+		p := &tmPair{c: a, s: b, pending: map[*side][]verbs.WC{}}
+		p.connectTM(t, z)
+		f(t, p)
+	})
+}
+
+// lossy are the faults of eachLink's lossy pipe.
+var lossy = pipe.Faults{Loss: 0.02, Duplicate: 0.02, ReorderWindow: 4}
+
 // tmPipePair is newTMPair over link/pipe with faults.
 func tmPipePair(t *testing.T, f pipe.Faults, z tmSizes) *tmPair {
 	la, lb := pipe.New(pipe.Config{Faults: f})
@@ -169,78 +186,81 @@ func fill(b []byte, seed byte) {
 }
 
 func TestTMEagerMatched(t *testing.T) {
-	p := tmPipePair(t, pipe.Faults{}, tmSizes{srqWR: 4, tags: 8, mem: 1 << 20, mtu: verbs.MTU1024})
-	h, wc := p.add(t, 77, 0x1234, ^uint64(0), 4096, 8192, 0, 0)
-	require.Equal(t, verbs.WCSuccess, wc.Status)
-	require.Zero(t, wc.WCFlags&verbs.WCFlagTMSyncReq, "in sync: no sync asked")
-	data := make([]byte, 3000) // three packets at MTU 1024
-	fill(data, 3)
-	n := p.eager(0, wire.TMEager, 0x1234, 0xabcdef01, data)
-	p.send(t, 0, n)
-	got := p.next(t, p.s)
-	require.Equal(t, verbs.WCSuccess, got.Status)
-	require.Equal(t, verbs.WCTMRecv, got.Opcode)
-	require.Equal(t, uint64(77), got.WRID, "the tag's recv_wr_id")
-	require.Equal(t, verbs.WCFlagTMMatch|verbs.WCFlagTMDataValid, got.WCFlags)
-	require.Equal(t, verbs.TMInfo{Tag: 0x1234, Priv: 0xabcdef01}, got.TMInfo)
-	require.EqualValues(t, len(data), got.ByteLen, "the data after the TMH")
-	require.True(t, bytes.Equal(data, p.s.buf[4096:4096+len(data)]), "the TMH is not placed")
+	eachLink(t, tmSizes{srqWR: 4, tags: 8, mem: 1 << 20, mtu: verbs.MTU1024}, func(t *testing.T, p *tmPair) {
+		h, wc := p.add(t, 77, 0x1234, ^uint64(0), 4096, 8192, 0, 0)
+		require.Equal(t, verbs.WCSuccess, wc.Status)
+		require.Zero(t, wc.WCFlags&verbs.WCFlagTMSyncReq, "in sync: no sync asked")
+		data := make([]byte, 3000) // three packets at MTU 1024
+		fill(data, 3)
+		n := p.eager(0, wire.TMEager, 0x1234, 0xabcdef01, data)
+		p.send(t, 0, n)
+		got := p.next(t, p.s)
+		require.Equal(t, verbs.WCSuccess, got.Status)
+		require.Equal(t, verbs.WCTMRecv, got.Opcode)
+		require.Equal(t, uint64(77), got.WRID, "the tag's recv_wr_id")
+		require.Equal(t, verbs.WCFlagTMMatch|verbs.WCFlagTMDataValid, got.WCFlags)
+		require.Equal(t, verbs.TMInfo{Tag: 0x1234, Priv: 0xabcdef01}, got.TMInfo)
+		require.EqualValues(t, len(data), got.ByteLen, "the data after the TMH")
+		require.True(t, bytes.Equal(data, p.s.buf[4096:4096+len(data)]), "the TMH is not placed")
 
-	// Consumed and polled: the handle is free, so deleting it is refused.
-	_, err := p.srq.PostOps(&verbs.OpsWR{Opcode: verbs.WRTagDel, TM: verbs.TMOp{Handle: h}})
-	require.True(t, errors.Is(err, syscall.EINVAL), "%v", err)
+		// Consumed and polled: the handle is free, so deleting it is refused.
+		_, err := p.srq.PostOps(&verbs.OpsWR{Opcode: verbs.WRTagDel, TM: verbs.TMOp{Handle: h}})
+		require.True(t, errors.Is(err, syscall.EINVAL), "%v", err)
+	})
 }
 
 func TestTMUnexpectedAndPhaseSync(t *testing.T) {
-	p := tmPipePair(t, pipe.Faults{}, tmSizes{srqWR: 8, tags: 8, mem: 1 << 20, mtu: verbs.MTU1024})
-	p.postSRQ(t, 501, 0, 4096)
-	p.postSRQ(t, 502, 4096, 4096)
-	data := []byte("unexpected payload")
-	n := p.eager(0, wire.TMEager, 9, 1, data)
-	p.send(t, 0, n)
-	got := p.next(t, p.s)
-	require.Equal(t, verbs.WCTMRecv, got.Opcode)
-	require.Equal(t, uint64(501), got.WRID, "an ordinary buffer")
-	require.Zero(t, got.WCFlags, "neither MATCH nor DATA_VALID (and no sync request: software is not far behind)")
-	require.Equal(t, n, got.ByteLen, "the whole message, TMH included")
-	require.True(t, bytes.Equal(p.c.buf[:n], p.s.buf[:n]))
+	eachLink(t, tmSizes{srqWR: 8, tags: 8, mem: 1 << 20, mtu: verbs.MTU1024}, func(t *testing.T, p *tmPair) {
+		p.postSRQ(t, 501, 0, 4096)
+		p.postSRQ(t, 502, 4096, 4096)
+		data := []byte("unexpected payload")
+		n := p.eager(0, wire.TMEager, 9, 1, data)
+		p.send(t, 0, n)
+		got := p.next(t, p.s)
+		require.Equal(t, verbs.WCTMRecv, got.Opcode)
+		require.Equal(t, uint64(501), got.WRID, "an ordinary buffer")
+		require.Zero(t, got.WCFlags, "neither MATCH nor DATA_VALID (and no sync request: software is not far behind)")
+		require.Equal(t, n, got.ByteLen, "the whole message, TMH included")
+		require.True(t, bytes.Equal(p.c.buf[:n], p.s.buf[:n]))
 
-	// A tag added before software reports the unexpected message is
-	// disabled: the TM_ADD asks for a sync and a matching message is
-	// unexpected too.
-	_, wc := p.add(t, 600, 9, ^uint64(0), 64<<10, 4096, 0, 0)
-	require.NotZero(t, wc.WCFlags&verbs.WCFlagTMSyncReq, "sw 0, hw 1")
-	p.send(t, 0, n)
-	got = p.next(t, p.s)
-	require.Equal(t, uint64(502), got.WRID, "the disabled tag does not match")
-	require.Zero(t, got.WCFlags)
+		// A tag added before software reports the unexpected message is
+		// disabled: the TM_ADD asks for a sync and a matching message is
+		// unexpected too.
+		_, wc := p.add(t, 600, 9, ^uint64(0), 64<<10, 4096, 0, 0)
+		require.NotZero(t, wc.WCFlags&verbs.WCFlagTMSyncReq, "sw 0, hw 1")
+		p.send(t, 0, n)
+		got = p.next(t, p.s)
+		require.Equal(t, uint64(502), got.WRID, "the disabled tag does not match")
+		require.Zero(t, got.WCFlags)
 
-	// Software reports both: the tag is enabled and the next message
-	// matches it.
-	wc = p.ops(t, &verbs.OpsWR{WRID: 27, Opcode: verbs.WRTagSync, Flags: verbs.OpsTMSync, TM: verbs.TMOp{UnexpectedCnt: 2}})
-	require.Equal(t, verbs.WCTMSync, wc.Opcode)
-	require.Equal(t, uint64(27), wc.WRID)
-	require.Zero(t, wc.WCFlags)
-	p.send(t, 0, n)
-	got = p.next(t, p.s)
-	require.Equal(t, uint64(600), got.WRID)
-	require.Equal(t, verbs.WCFlagTMMatch|verbs.WCFlagTMDataValid, got.WCFlags)
-	require.True(t, bytes.Equal(data, p.s.buf[64<<10:64<<10+len(data)]))
+		// Software reports both: the tag is enabled and the next message
+		// matches it.
+		wc = p.ops(t, &verbs.OpsWR{WRID: 27, Opcode: verbs.WRTagSync, Flags: verbs.OpsTMSync, TM: verbs.TMOp{UnexpectedCnt: 2}})
+		require.Equal(t, verbs.WCTMSync, wc.Opcode)
+		require.Equal(t, uint64(27), wc.WRID)
+		require.Zero(t, wc.WCFlags)
+		p.send(t, 0, n)
+		got = p.next(t, p.s)
+		require.Equal(t, uint64(600), got.WRID)
+		require.Equal(t, verbs.WCFlagTMMatch|verbs.WCFlagTMDataValid, got.WCFlags)
+		require.True(t, bytes.Equal(data, p.s.buf[64<<10:64<<10+len(data)]))
+	})
 }
 
 func TestTMNoTag(t *testing.T) {
-	p := tmPipePair(t, pipe.Faults{}, tmSizes{srqWR: 2, tags: 2, mem: 1 << 20, mtu: verbs.MTU1024})
-	p.add(t, 1, 0x55, ^uint64(0), 8192, 4096, 0, 0)
-	p.postSRQ(t, 9, 0, 4096)
-	n := p.eager(0, wire.TMNoTag, 0x55, 0, []byte("no tag, even with a tag that would match"))
-	p.send(t, 0, n)
-	got := p.next(t, p.s)
-	require.Equal(t, verbs.WCTMNoTag, got.Opcode)
-	require.Equal(t, uint64(9), got.WRID)
-	require.Equal(t, n, got.ByteLen)
-	require.Zero(t, got.WCFlags)
-	require.Zero(t, got.TMInfo)
-	require.True(t, bytes.Equal(p.c.buf[:n], p.s.buf[:n]))
+	eachLink(t, tmSizes{srqWR: 2, tags: 2, mem: 1 << 20, mtu: verbs.MTU1024}, func(t *testing.T, p *tmPair) {
+		p.add(t, 1, 0x55, ^uint64(0), 8192, 4096, 0, 0)
+		p.postSRQ(t, 9, 0, 4096)
+		n := p.eager(0, wire.TMNoTag, 0x55, 0, []byte("no tag, even with a tag that would match"))
+		p.send(t, 0, n)
+		got := p.next(t, p.s)
+		require.Equal(t, verbs.WCTMNoTag, got.Opcode)
+		require.Equal(t, uint64(9), got.WRID)
+		require.Equal(t, n, got.ByteLen)
+		require.Zero(t, got.WCFlags)
+		require.Zero(t, got.TMInfo)
+		require.True(t, bytes.Equal(p.c.buf[:n], p.s.buf[:n]))
+	})
 }
 
 // rndvMatched runs one matched rendezvous of size bytes and checks every
@@ -277,20 +297,18 @@ func rndvMatched(t *testing.T, p *tmPair, size uint32) {
 }
 
 func TestTMRendezvousMatched(t *testing.T) {
-	for _, size := range []uint32{1, 4096, 1 << 20, 16 << 20} {
-		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			p := tmPipePair(t, pipe.Faults{}, tmSizes{srqWR: 2, tags: 4, mem: 2<<20 + 16<<20, mtu: verbs.MTU4096})
+	eachLink(t, tmSizes{srqWR: 2, tags: 4, mem: 2<<20 + 16<<20, mtu: verbs.MTU4096}, func(t *testing.T, p *tmPair) {
+		for _, size := range []uint32{1, 4096, 1 << 20, 16 << 20} {
 			rndvMatched(t, p, size)
-		})
-	}
+		}
+	})
 }
 
 // TestTMOverFaultyPipe: every kind of tagged message, and a phase sync,
 // over a pipe that loses, duplicates and reorders packets: each message
 // is delivered once, where its tag says.
 func TestTMOverFaultyPipe(t *testing.T) {
-	f := pipe.Faults{Loss: 0.02, Duplicate: 0.02, ReorderWindow: 4}
-	p := tmPipePair(t, f, tmSizes{srqWR: 4, tags: 4, mem: 4 << 20, mtu: verbs.MTU1024})
+	p := tmPipePair(t, lossy, tmSizes{srqWR: 4, tags: 4, mem: 4 << 20, mtu: verbs.MTU1024})
 	for i := range 20 {
 		// Unexpected (no tag 1000+i), then NO_TAG, then a sync.
 		p.postSRQ(t, uint64(500+2*i), 0x20000, 4096)
@@ -323,42 +341,44 @@ func TestTMOverFaultyPipe(t *testing.T) {
 }
 
 func TestTMRendezvousUnexpected(t *testing.T) {
-	p := tmPipePair(t, pipe.Faults{}, tmSizes{srqWR: 2, tags: 2, mem: 1 << 20, mtu: verbs.MTU1024})
-	p.postSRQ(t, 3, 0, 4096)
-	n := p.rndv(0, 0x99, 7, 8192, 5000)
-	p.send(t, 0, n)
-	got := p.next(t, p.s)
-	require.Equal(t, verbs.WCTMRecv, got.Opcode)
-	require.Equal(t, uint64(3), got.WRID)
-	require.Zero(t, got.WCFlags)
-	require.Equal(t, n, got.ByteLen, "TMH and RVH go to software whole")
-	require.True(t, bytes.Equal(p.c.buf[:n], p.s.buf[:n]))
-	// Counted as unexpected: a tag added without a sync is disabled.
-	_, wc := p.add(t, 8, 0x99, ^uint64(0), 8192, 64, 0, 0)
-	require.NotZero(t, wc.WCFlags&verbs.WCFlagTMSyncReq, "sw 0, hw 1")
+	eachLink(t, tmSizes{srqWR: 2, tags: 2, mem: 1 << 20, mtu: verbs.MTU1024}, func(t *testing.T, p *tmPair) {
+		p.postSRQ(t, 3, 0, 4096)
+		n := p.rndv(0, 0x99, 7, 8192, 5000)
+		p.send(t, 0, n)
+		got := p.next(t, p.s)
+		require.Equal(t, verbs.WCTMRecv, got.Opcode)
+		require.Equal(t, uint64(3), got.WRID)
+		require.Zero(t, got.WCFlags)
+		require.Equal(t, n, got.ByteLen, "TMH and RVH go to software whole")
+		require.True(t, bytes.Equal(p.c.buf[:n], p.s.buf[:n]))
+		// Counted as unexpected: a tag added without a sync is disabled.
+		_, wc := p.add(t, 8, 0x99, ^uint64(0), 8192, 64, 0, 0)
+		require.NotZero(t, wc.WCFlags&verbs.WCFlagTMSyncReq, "sw 0, hw 1")
+	})
 }
 
 func TestTMDeleteRacingConsumption(t *testing.T) {
-	p := tmPipePair(t, pipe.Faults{}, tmSizes{srqWR: 2, tags: 2, mem: 1 << 20, mtu: verbs.MTU1024})
-	h, _ := p.add(t, 5, 0x10, ^uint64(0), 8192, 4096, 0, 0)
-	n := p.eager(0, wire.TMEager, 0x10, 0, []byte("consumed first"))
-	require.NoError(t, p.s.cq.ReqNotify(false))
-	p.send(t, 0, n)
-	// The message consumed the tag; the application has not polled
-	// that yet and deletes the tag.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := p.s.ch.GetEvent(ctx) // the consumption is queued, not polled
-	require.NoError(t, err)
-	p.s.cq.AckEvents(1)
-	_, err = p.srq.PostOps(&verbs.OpsWR{WRID: 66, Opcode: verbs.WRTagDel, TM: verbs.TMOp{Handle: h}})
-	require.NoError(t, err, "the handle is still in use: the TAG_DEL is accepted")
-	wcs := []verbs.WC{p.next(t, p.s), p.next(t, p.s)}
-	require.Equal(t, verbs.WCTMRecv, wcs[0].Opcode)
-	require.Equal(t, verbs.WCSuccess, wcs[0].Status)
-	require.Equal(t, verbs.WCTMDel, wcs[1].Opcode)
-	require.Equal(t, verbs.WCTMErr, wcs[1].Status, "unsignaled, but a failed TAG_DEL completes")
-	require.Equal(t, uint64(66), wcs[1].WRID)
+	eachLink(t, tmSizes{srqWR: 2, tags: 2, mem: 1 << 20, mtu: verbs.MTU1024}, func(t *testing.T, p *tmPair) {
+		h, _ := p.add(t, 5, 0x10, ^uint64(0), 8192, 4096, 0, 0)
+		n := p.eager(0, wire.TMEager, 0x10, 0, []byte("consumed first"))
+		require.NoError(t, p.s.cq.ReqNotify(false))
+		p.send(t, 0, n)
+		// The message consumed the tag; the application has not polled
+		// that yet and deletes the tag.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := p.s.ch.GetEvent(ctx) // the consumption is queued, not polled
+		require.NoError(t, err)
+		p.s.cq.AckEvents(1)
+		_, err = p.srq.PostOps(&verbs.OpsWR{WRID: 66, Opcode: verbs.WRTagDel, TM: verbs.TMOp{Handle: h}})
+		require.NoError(t, err, "the handle is still in use: the TAG_DEL is accepted")
+		wcs := []verbs.WC{p.next(t, p.s), p.next(t, p.s)}
+		require.Equal(t, verbs.WCTMRecv, wcs[0].Opcode)
+		require.Equal(t, verbs.WCSuccess, wcs[0].Status)
+		require.Equal(t, verbs.WCTMDel, wcs[1].Opcode)
+		require.Equal(t, verbs.WCTMErr, wcs[1].Status, "unsignaled, but a failed TAG_DEL completes")
+		require.Equal(t, uint64(66), wcs[1].WRID)
+	})
 }
 
 func TestTMListFullAndBadOps(t *testing.T) {
@@ -408,42 +428,44 @@ func TestTMListFullAndBadOps(t *testing.T) {
 // added wins; mask 0 with tag 0 matches everything; a tag with bits
 // outside its mask never matches (docs/tag-matching.md M1, M2).
 func TestTMOrderingAndWildcards(t *testing.T) {
-	p := tmPipePair(t, pipe.Faults{}, tmSizes{srqWR: 4, tags: 8, mem: 1 << 20, mtu: verbs.MTU1024})
-	p.add(t, 1, 0x01ff, 0xff00, 0x10000, 256, 0, 0) // bits outside its mask: never matches
-	p.add(t, 2, 0x0100, 0xff00, 0x20000, 256, 0, 0)
-	p.add(t, 3, 0x0123, ^uint64(0), 0x30000, 256, 0, 0)
-	p.add(t, 4, 0, 0, 0x40000, 256, 0, 0)
-	for _, want := range []uint64{2, 3, 4} {
-		n := p.eager(0, wire.TMEager, 0x0123, 0, []byte{byte(want)})
+	eachLink(t, tmSizes{srqWR: 4, tags: 8, mem: 1 << 20, mtu: verbs.MTU1024}, func(t *testing.T, p *tmPair) {
+		p.add(t, 1, 0x01ff, 0xff00, 0x10000, 256, 0, 0) // bits outside its mask: never matches
+		p.add(t, 2, 0x0100, 0xff00, 0x20000, 256, 0, 0)
+		p.add(t, 3, 0x0123, ^uint64(0), 0x30000, 256, 0, 0)
+		p.add(t, 4, 0, 0, 0x40000, 256, 0, 0)
+		for _, want := range []uint64{2, 3, 4} {
+			n := p.eager(0, wire.TMEager, 0x0123, 0, []byte{byte(want)})
+			p.send(t, 0, n)
+			got := p.next(t, p.s)
+			require.Equal(t, want, got.WRID, "the earliest added matching entry")
+		}
+		p.postSRQ(t, 90, 0, 4096)
+		n := p.eager(0, wire.TMEager, 0x01ff, 0, []byte{1})
 		p.send(t, 0, n)
 		got := p.next(t, p.s)
-		require.Equal(t, want, got.WRID, "the earliest added matching entry")
-	}
-	p.postSRQ(t, 90, 0, 4096)
-	n := p.eager(0, wire.TMEager, 0x01ff, 0, []byte{1})
-	p.send(t, 0, n)
-	got := p.next(t, p.s)
-	require.Equal(t, uint64(90), got.WRID, "0x01ff & 0xff00 is 0x0100, never the entry's 0x01ff: unexpected")
+		require.Equal(t, uint64(90), got.WRID, "0x01ff & 0xff00 is 0x0100, never the entry's 0x01ff: unexpected")
+	})
 }
 
 // TestTMSRQLimit: the limit event of a tag-matching SRQ fires when an
 // unexpected message takes its buffers below srq_limit.
 func TestTMSRQLimit(t *testing.T) {
-	p := tmPipePair(t, pipe.Faults{}, tmSizes{srqWR: 4, tags: 2, mem: 1 << 20, mtu: verbs.MTU1024})
-	for i := range 3 {
-		p.postSRQ(t, uint64(i), uint32(i)*4096, 4096)
-	}
-	require.NoError(t, p.srq.Modify(&verbs.SRQAttr{SRQLimit: 3}, verbs.SRQLimit))
-	n := p.eager(0, wire.TMEager, 5, 0, []byte("x"))
-	p.send(t, 0, n)
-	p.next(t, p.s)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ev, err := p.s.dev.GetAsyncEvent(ctx)
-	require.NoError(t, err)
-	require.Equal(t, verbs.EventSRQLimitReached, ev.Type)
-	require.Same(t, p.srq, ev.SRQ)
-	p.s.dev.AckAsyncEvent(ev)
+	eachLink(t, tmSizes{srqWR: 4, tags: 2, mem: 1 << 20, mtu: verbs.MTU1024}, func(t *testing.T, p *tmPair) {
+		for i := range 3 {
+			p.postSRQ(t, uint64(i), uint32(i)*4096, 4096)
+		}
+		require.NoError(t, p.srq.Modify(&verbs.SRQAttr{SRQLimit: 3}, verbs.SRQLimit))
+		n := p.eager(0, wire.TMEager, 5, 0, []byte("x"))
+		p.send(t, 0, n)
+		p.next(t, p.s)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ev, err := p.s.dev.GetAsyncEvent(ctx)
+		require.NoError(t, err)
+		require.Equal(t, verbs.EventSRQLimitReached, ev.Type)
+		require.Same(t, p.srq, ev.SRQ)
+		p.s.dev.AckAsyncEvent(ev)
+	})
 }
 
 // TestTMErrors: the completion status of each failure
@@ -523,25 +545,6 @@ func TestTMObjects(t *testing.T) {
 	require.NoError(t, p.s.qp.Destroy(ctx))
 	require.NoError(t, p.srq.Destroy(ctx))
 	require.NoError(t, p.s.cq.Destroy(ctx))
-}
-
-// TestTMOverUDP: eager and rendezvous between two devices over real UDP
-// sockets.
-func TestTMOverUDP(t *testing.T) {
-	a, b := udpPairConfig(t, true, 4<<20, hca.Config{})
-	p := &tmPair{c: a, s: b, pending: map[*side][]verbs.WC{}}
-	p.connectTM(t, tmSizes{srqWR: 4, tags: 8, mem: 4 << 20, mtu: verbs.MTU4096})
-	for i := range 8 {
-		rndvMatched(t, p, uint32(1+i*300000))
-		data := make([]byte, 100*i)
-		fill(data, byte(i))
-		p.add(t, uint64(200+i), uint64(i), ^uint64(0), 8192, 1<<16, 0, 0)
-		n := p.eager(0, wire.TMEager, uint64(i), 0, data)
-		p.send(t, 0, n)
-		got := p.next(t, p.s)
-		require.Equal(t, uint64(200+i), got.WRID)
-		require.True(t, bytes.Equal(data, p.s.buf[8192:8192+len(data)]))
-	}
 }
 
 // BenchmarkTMThroughput: tagged messages of 4 KiB, 64 KiB and 1 MiB
@@ -634,65 +637,66 @@ func tmThroughput(b *testing.B, rndv bool, size int) {
 // messages a tag-matching SRQ takes apart, with the data in separate
 // scatter elements; FinTag reads the FIN; bad arguments are EINVAL.
 func TestTMSendHelpers(t *testing.T) {
-	p := tmPipePair(t, pipe.Faults{}, tmSizes{srqWR: 2, tags: 4, mem: 1 << 20, mtu: verbs.MTU1024})
-	data := []byte("data in its own scatter element")
-	copy(p.c.buf[8192:], data)
-	p.add(t, 1, 0x31, ^uint64(0), 0x10000, 4096, 0, 0)
-	wr, err := hca.EagerSend(1, hca.TMHeader{MR: p.c.mr, Off: 0}, 0x31, 0x99, p.c.mr.SGE(8192, len(data)))
-	require.NoError(t, err)
-	_, err = p.c.qp.PostSend(wr)
-	require.NoError(t, err)
-	got := p.next(t, p.s)
-	require.Equal(t, verbs.WCFlagTMMatch|verbs.WCFlagTMDataValid, got.WCFlags)
-	require.Equal(t, verbs.TMInfo{Tag: 0x31, Priv: 0x99}, got.TMInfo)
-	require.True(t, bytes.Equal(data, p.s.buf[0x10000:0x10000+len(data)]))
-	require.Equal(t, verbs.WCSend, p.nextSend(t).Opcode)
+	eachLink(t, tmSizes{srqWR: 2, tags: 4, mem: 1 << 20, mtu: verbs.MTU1024}, func(t *testing.T, p *tmPair) {
+		data := []byte("data in its own scatter element")
+		copy(p.c.buf[8192:], data)
+		p.add(t, 1, 0x31, ^uint64(0), 0x10000, 4096, 0, 0)
+		wr, err := hca.EagerSend(1, hca.TMHeader{MR: p.c.mr, Off: 0}, 0x31, 0x99, p.c.mr.SGE(8192, len(data)))
+		require.NoError(t, err)
+		_, err = p.c.qp.PostSend(wr)
+		require.NoError(t, err)
+		got := p.next(t, p.s)
+		require.Equal(t, verbs.WCFlagTMMatch|verbs.WCFlagTMDataValid, got.WCFlags)
+		require.Equal(t, verbs.TMInfo{Tag: 0x31, Priv: 0x99}, got.TMInfo)
+		require.True(t, bytes.Equal(data, p.s.buf[0x10000:0x10000+len(data)]))
+		require.Equal(t, verbs.WCSend, p.nextSend(t).Opcode)
 
-	p.postSRQ(t, 7, 0x20000, 4096)
-	wr, err = hca.NoTagSend(2, hca.TMHeader{MR: p.c.mr, Off: 64}, p.c.mr.SGE(8192, len(data)))
-	require.NoError(t, err)
-	_, err = p.c.qp.PostSend(wr)
-	require.NoError(t, err)
-	got = p.next(t, p.s)
-	require.Equal(t, verbs.WCTMNoTag, got.Opcode)
-	require.EqualValues(t, wire.TMHSize+len(data), got.ByteLen)
-	p.nextSend(t)
+		p.postSRQ(t, 7, 0x20000, 4096)
+		wr, err = hca.NoTagSend(2, hca.TMHeader{MR: p.c.mr, Off: 64}, p.c.mr.SGE(8192, len(data)))
+		require.NoError(t, err)
+		_, err = p.c.qp.PostSend(wr)
+		require.NoError(t, err)
+		got = p.next(t, p.s)
+		require.Equal(t, verbs.WCTMNoTag, got.Opcode)
+		require.EqualValues(t, wire.TMHSize+len(data), got.ByteLen)
+		p.nextSend(t)
 
-	_, err = p.c.qp.PostRecv(&verbs.RecvWR{WRID: 0xf1, SGList: []verbs.SGE{p.c.mr.SGE(4096, 64)}})
-	require.NoError(t, err)
-	p.add(t, 3, 0x32, ^uint64(0), 0x30000, 4096, 0, 0)
-	wr, err = hca.RendezvousSend(3, hca.TMHeader{MR: p.c.mr, Off: 128}, 0x32, 0x77, p.c.mr, 8192, len(data))
-	require.NoError(t, err)
-	_, err = p.c.qp.PostSend(wr)
-	require.NoError(t, err)
-	require.Equal(t, verbs.WCFlagTMMatch, p.next(t, p.s).WCFlags)
-	require.Equal(t, verbs.WCFlagTMDataValid, p.next(t, p.s).WCFlags)
-	require.True(t, bytes.Equal(data, p.s.buf[0x30000:0x30000+len(data)]))
-	p.nextSend(t)
-	fin := p.next(t, p.c)
-	require.Equal(t, verbs.WCRecv, fin.Opcode)
-	tag, appCtx, ok := hca.FinTag(p.c.buf[4096 : 4096+int(fin.ByteLen)])
-	require.True(t, ok)
-	require.Equal(t, uint64(0x32), tag)
-	require.Equal(t, uint32(0x77), appCtx)
-	_, _, ok = hca.FinTag(p.c.buf[8192:])
-	require.False(t, ok, "not a FIN")
+		_, err = p.c.qp.PostRecv(&verbs.RecvWR{WRID: 0xf1, SGList: []verbs.SGE{p.c.mr.SGE(4096, 64)}})
+		require.NoError(t, err)
+		p.add(t, 3, 0x32, ^uint64(0), 0x30000, 4096, 0, 0)
+		wr, err = hca.RendezvousSend(3, hca.TMHeader{MR: p.c.mr, Off: 128}, 0x32, 0x77, p.c.mr, 8192, len(data))
+		require.NoError(t, err)
+		_, err = p.c.qp.PostSend(wr)
+		require.NoError(t, err)
+		require.Equal(t, verbs.WCFlagTMMatch, p.next(t, p.s).WCFlags)
+		require.Equal(t, verbs.WCFlagTMDataValid, p.next(t, p.s).WCFlags)
+		require.True(t, bytes.Equal(data, p.s.buf[0x30000:0x30000+len(data)]))
+		p.nextSend(t)
+		fin := p.next(t, p.c)
+		require.Equal(t, verbs.WCRecv, fin.Opcode)
+		tag, appCtx, ok := hca.FinTag(p.c.buf[4096 : 4096+int(fin.ByteLen)])
+		require.True(t, ok)
+		require.Equal(t, uint64(0x32), tag)
+		require.Equal(t, uint32(0x77), appCtx)
+		_, _, ok = hca.FinTag(p.c.buf[8192:])
+		require.False(t, ok, "not a FIN")
 
-	for name, f := range map[string]func() error{
-		"header past the end": func() error {
-			_, err := hca.EagerSend(1, hca.TMHeader{MR: p.c.mr, Off: p.c.mr.Len() - 8}, 1, 1)
-			return err
-		},
-		"no header region": func() error { _, err := hca.NoTagSend(1, hca.TMHeader{}); return err },
-		"data outside": func() error {
-			_, err := hca.RendezvousSend(1, hca.TMHeader{MR: p.c.mr}, 1, 1, p.c.mr, p.c.mr.Len(), 1)
-			return err
-		},
-	} {
-		require.True(t, errors.Is(f(), syscall.EINVAL), name)
-	}
-	ro, err := p.c.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
-	require.NoError(t, err)
-	_, err = hca.RendezvousSend(1, hca.TMHeader{MR: p.c.mr}, 1, 1, ro, 0, 64)
-	require.True(t, errors.Is(err, syscall.EINVAL), "no REMOTE_READ: %v", err)
+		for name, f := range map[string]func() error{
+			"header past the end": func() error {
+				_, err := hca.EagerSend(1, hca.TMHeader{MR: p.c.mr, Off: p.c.mr.Len() - 8}, 1, 1)
+				return err
+			},
+			"no header region": func() error { _, err := hca.NoTagSend(1, hca.TMHeader{}); return err },
+			"data outside": func() error {
+				_, err := hca.RendezvousSend(1, hca.TMHeader{MR: p.c.mr}, 1, 1, p.c.mr, p.c.mr.Len(), 1)
+				return err
+			},
+		} {
+			require.True(t, errors.Is(f(), syscall.EINVAL), name)
+		}
+		ro, err := p.c.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+		require.NoError(t, err)
+		_, err = hca.RendezvousSend(1, hca.TMHeader{MR: p.c.mr}, 1, 1, ro, 0, 64)
+		require.True(t, errors.Is(err, syscall.EINVAL), "no REMOTE_READ: %v", err)
+	})
 }
