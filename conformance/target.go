@@ -11,7 +11,7 @@
 // implement them under a build tag. This package imports no device
 // implementation: a case reaches the device only through these
 // interfaces and the optional ones a target may add (PairTarget,
-// AddrTarget).
+// AddrTarget, and TMPD and TMSRQ for tag matching).
 //
 // Cases are labelled Spec (the man page or IBTA says so) or
 // ImplementationDefined (the man pages allow more than one behaviour; the
@@ -119,6 +119,35 @@ type SRQ interface {
 	Modify(attr *verbs.SRQAttr, mask verbs.SRQAttrMask) error
 	Query() (verbs.SRQAttr, error)
 	Destroy(ctx context.Context) error
+}
+
+// TMPD is a PD that can create tag-matching SRQs (ibv_create_srq_ex(3)
+// with srq_type IBV_SRQT_TM; docs/tag-matching.md). It is optional: the
+// tag-matching cases skip against a PD without it, as they do against a
+// device whose tm_caps.flags lacks IBV_TM_CAP_RC.
+type TMPD interface {
+	// CreateTMSRQ creates a tag-matching SRQ: attr holds max_wr and
+	// max_sge of its ordinary receive queue, maxNumTags and maxOps are
+	// its tm_cap (struct ibv_tm_cap), cq is srq_init_attr_ex.cq (nil for
+	// none), where its list operations and every message it receives
+	// complete, and ctx is the srq_context. The SRQ it returns may be
+	// given to CreateQP as QPInitAttr.SRQ, and async events name it as
+	// they name any SRQ.
+	CreateTMSRQ(attr verbs.SRQAttr, maxNumTags, maxOps uint32, cq CQ, ctx any) (TMSRQ, error)
+}
+
+// TMSRQ is an SRQ that takes tag-matching list operations
+// (ibv_post_srq_ops(3)). TMPD.CreateTMSRQ returns one. A backend may
+// also return a TMSRQ from PD.CreateSRQ, since ibv_post_srq_ops takes
+// any ibv_srq: the case that posts list operations to an ordinary SRQ
+// needs that, and skips otherwise.
+type TMSRQ interface {
+	SRQ
+	// PostOps posts a linked list of list operations (TAG_ADD,
+	// TAG_DEL, TAG_SYNC) and returns the first one refused with its
+	// error, or nil, nil. TAG_ADD writes the new entry's handle into
+	// wr.TM.Handle.
+	PostOps(wr *verbs.OpsWR) (*verbs.OpsWR, error)
 }
 
 // AH is an address handle.

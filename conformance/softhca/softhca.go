@@ -31,6 +31,8 @@ var (
 	_ conformance.PairTarget         = (*Target)(nil)
 	_ conformance.AddrTarget         = (*Target)(nil)
 	_ conformance.TransportDiagnoser = (*shDevice)(nil)
+	_ conformance.TMPD               = (*shPD)(nil)
+	_ conformance.TMSRQ              = (*shSRQ)(nil)
 )
 
 // Target is the in-process softhca backend.
@@ -300,6 +302,24 @@ func (p *shPD) CreateSRQ(attr verbs.SRQAttr, ctx any) (conformance.SRQ, error) {
 	return w, nil
 }
 
+// CreateTMSRQ creates a tag-matching SRQ (conformance.TMPD). A cq that
+// is not one of this backend's CQs counts as none.
+func (p *shPD) CreateTMSRQ(attr verbs.SRQAttr, maxNumTags, maxOps uint32, cq conformance.CQ, ctx any) (conformance.TMSRQ, error) {
+	init := &hca.SRQInitAttr{Attr: attr, Context: ctx, TM: &hca.TMCap{MaxNumTags: maxNumTags, MaxOps: maxOps}}
+	if c, ok := cq.(*shCQ); ok && c != nil {
+		init.CQ = c.q
+	}
+	s, err := p.p.CreateSRQ(init)
+	if err != nil {
+		return nil, err
+	}
+	w := &shSRQ{s: s}
+	p.dev.mu.Lock()
+	p.dev.srqs[s] = w
+	p.dev.mu.Unlock()
+	return w, nil
+}
+
 func (p *shPD) CreateAH(attr verbs.AHAttr) (conformance.AH, error) {
 	a, err := p.p.CreateAH(attr)
 	if err != nil {
@@ -336,12 +356,16 @@ func (c *shCQ) AckEvents(n int)                    { c.q.AckEvents(n) }
 func (c *shCQ) Resize(cqe int) error               { return c.q.Resize(cqe) }
 func (c *shCQ) Destroy(ctx context.Context) error  { return c.q.Destroy(ctx) }
 
+// shSRQ adapts an hca.SRQ, ordinary or tag-matching. Every SRQ takes
+// PostOps (conformance.TMSRQ), as ibv_post_srq_ops takes any ibv_srq: an
+// ordinary one refuses the operations with EINVAL.
 type shSRQ struct{ s *hca.SRQ }
 
 func (s *shSRQ) PostRecv(wr *verbs.RecvWR) (*verbs.RecvWR, error)   { return s.s.PostRecv(wr) }
 func (s *shSRQ) Modify(a *verbs.SRQAttr, m verbs.SRQAttrMask) error { return s.s.Modify(a, m) }
 func (s *shSRQ) Query() (verbs.SRQAttr, error)                      { return s.s.Query(), nil }
 func (s *shSRQ) Destroy(ctx context.Context) error                  { return s.s.Destroy(ctx) }
+func (s *shSRQ) PostOps(wr *verbs.OpsWR) (*verbs.OpsWR, error)      { return s.s.PostOps(wr) }
 
 type shQP struct{ q *hca.QP }
 
