@@ -217,6 +217,7 @@ func (r *Responder) freeRndv(q *QP) int {
 // startRndv READs a matched rendezvous's data into its tag's buffer: as
 // much as the RVH says, which must fit the buffer.
 func (r *Responder) startRndv(q *QP, fx *Effects) {
+	fx.Run = true // the READ, or at once the FIN, waits for Run
 	m := &r.tm
 	i := r.freeRndv(q) // chooseTagged made sure there is one
 	op := &r.rndv.ops[i]
@@ -246,9 +247,7 @@ func (r *Responder) startRndv(q *QP, fx *Effects) {
 			// The requester is not running (SQE): the data cannot be
 			// fetched.
 			r.rndvFinish(q, op, verbs.WCGeneralErr)
-			return
 		}
-		fx.Run = true
 	}
 }
 

@@ -245,13 +245,18 @@ func TestTMRendezvousTooLong(t *testing.T) {
 	}{{100, 101}, {0xffffffff, 1<<31 + 1}} {
 		h, tq := newTM(t)
 		tq.addTag(1, 2, 3, 0, c.buf)
-		_, _ = h.receive(request(wire.RCSendOnly, testRQPSN), append(tmh(wire.TMRendezvous, 1, 0), rvh(peerVA, rkeyPeer, c.rvh)...))
+		// Without AckReq no acknowledgement is owed: only the FIN
+		// needs Run.
+		req := request(wire.RCSendOnly, testRQPSN)
+		req.BTH.AckReq = false
+		fx, _ := h.receive(req, append(tmh(wire.TMRendezvous, 1, 0), rvh(peerVA, rkeyPeer, c.rvh)...))
+		require.True(t, fx.Run, "the FIN waits for Run")
 		got := tq.take()
 		require.Len(t, got, 2)
 		require.Equal(t, verbs.WCTMRecv, got[1].Opcode)
 		require.Equal(t, verbs.WCLocLenErr, got[1].Status, "buffer %d, RVH %d", c.buf, c.rvh)
 		require.Equal(t, []uint32{2}, tq.ends)
 		_, pkts := h.run()
-		require.Equal(t, []wire.OpCode{wire.RCSendOnly, wire.RCAcknowledge}, ops(pkts), "the FIN, no READ")
+		require.Equal(t, []wire.OpCode{wire.RCSendOnly}, ops(pkts), "the FIN, no READ")
 	}
 }
