@@ -920,7 +920,7 @@ func (d *demo) stepTMRndv() error {
 		return err
 	}
 	if fin := wire.TMH(a.buf[offFIN : offFIN+wire.TMHSize]); fin.Opcode() != wire.TMFin || fin.Tag() != tagRndv {
-		return fmt.Errorf("A's FIN holds % x, want a TMH with opcode FIN and tag %#x", []byte(fin), tagRndv)
+		return fmt.Errorf("the FIN A received holds % x, want a TMH with opcode FIN and tag %#x", []byte(fin), tagRndv)
 	}
 	d.printf("  A's FIN: a TMH with opcode FIN and tag %#x\n", tagRndv)
 	return d.checkBytes("B's tag", b.buf[offRndvData:offRndvData+len(rndvMsg)], rndvMsg)
