@@ -234,8 +234,12 @@ func (c *CQ) PushRelease(wc *verbs.WC, solicited bool, r Releaser, token uint32)
 	if !c.pushLocked(wc, solicited) {
 		return false // pushLocked unlocked
 	}
-	if c.relHead == len(c.releases) {
-		c.releases, c.relHead = c.releases[:0], 0
+	if c.relHead > 0 && c.relHead >= len(c.releases)/2 {
+		// Reclaim the released prefix, so that a CQ that is never
+		// drained empty keeps no more than its pending releases.
+		n := copy(c.releases, c.releases[c.relHead:])
+		clear(c.releases[n:])
+		c.releases, c.relHead = c.releases[:n], 0
 	}
 	c.releases = append(c.releases, release{pos: pos, r: r, token: token})
 	c.mu.Unlock()

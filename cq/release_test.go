@@ -78,3 +78,23 @@ func TestPushReleaseOverrun(t *testing.T) {
 	require.Equal(t, 1, c.Poll(wcs))
 	require.Equal(t, releases{1}, got)
 }
+
+// TestPushReleaseBounded: a CQ polled one completion at a time, never
+// empty, keeps its release list as short as the completions it holds.
+// The released prefix used to be reclaimed only when the list emptied, so
+// a steady stream of matched messages grew it without bound.
+func TestPushReleaseBounded(t *testing.T) {
+	c, err := New(Config{CQE: 8, MaxCQE: 8})
+	require.NoError(t, err)
+	var got releases
+	wcs := make([]verbs.WC, 1)
+	require.True(t, c.PushRelease(&verbs.WC{}, false, &got, 0))
+	for i := 1; i <= 10000; i++ {
+		require.True(t, c.PushRelease(&verbs.WC{WRID: uint64(i)}, false, &got, uint32(i)))
+		require.Equal(t, 1, c.Poll(wcs))
+	}
+	require.Len(t, got, 10000)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.LessOrEqual(t, cap(c.releases), 16, "releases kept for 1 pending completion")
+}
