@@ -53,6 +53,10 @@ func newTM(c *TMConfig) (*tmState, error) {
 		return nil, verbs.Errorf(op, syscall.EINVAL, "tm_cap.max_num_tags %d not in 1..%d", c.MaxNumTags, c.DevMaxNumTags)
 	case c.MaxOps == 0 || c.MaxOps > c.DevMaxOps:
 		return nil, verbs.Errorf(op, syscall.EINVAL, "tm_cap.max_ops %d not in 1..%d", c.MaxOps, c.DevMaxOps)
+	case c.MaxSGE == 0 || c.MaxSGE > transport.MaxTagSGE:
+		// A device configured with more would have rendezvous READs
+		// cut short: refuse it rather than fail messages later.
+		return nil, verbs.Errorf(op, syscall.EINVAL, "the device's tm_caps.max_sge %d is not within 1..%d, the scatter elements a tag may have", c.MaxSGE, transport.MaxTagSGE)
 	}
 	l, err := tm.New(tm.Config{MaxNumTags: int(c.MaxNumTags), MaxSGE: int(c.MaxSGE)})
 	if err != nil {

@@ -70,8 +70,9 @@ type tmMessage struct {
 // the FINs waiting for their ACKs and the READs never need more.
 const rndvSlots = InternalSlots
 
-// maxTagSGE bounds a tag's scatter list as the rendezvous READ keeps it.
-const maxTagSGE = 4
+// MaxTagSGE bounds a tag's scatter list: a rendezvous READ keeps it in a
+// fixed array. A tag-matching SRQ refuses a larger tm_caps.max_sge.
+const MaxTagSGE = 4
 
 // maxMessage is the longest message, and so the longest READ (IBTA
 // 9.4.4: 2^31 bytes).
@@ -85,7 +86,7 @@ type rndvOp struct {
 	tag       uint64
 	appCtx    uint32
 	length    uint32
-	sgl       [maxTagSGE]verbs.SGE
+	sgl       [MaxTagSGE]verbs.SGE
 	sglN      int
 	readDone  func(verbs.WCStatus) // made once per slot
 	finHeader [wire.TMHSize]byte
