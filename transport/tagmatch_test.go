@@ -260,3 +260,44 @@ func TestTMRendezvousTooLong(t *testing.T) {
 		require.Equal(t, []wire.OpCode{wire.RCSendOnly}, ops(pkts), "the FIN, no READ")
 	}
 }
+
+// TestTMRendezvousSlotFreedAtREADEnd: a rendezvous gives its slot back
+// when its READ completes, not when its FIN is acknowledged; the FIN takes
+// the READ's internal request slot. With four FINs awaiting their ACKs,
+// four more rendezvous are taken. Before, each held a slot (of four) until
+// its FIN's ACK, and these were RNR-NAKed (BenchmarkTMThroughput showed 53
+// RNR NAKs in 300 messages).
+func TestTMRendezvousSlotFreedAtREADEnd(t *testing.T) {
+	const half = InternalSlots / 2
+	h, tq := newTM(t)
+	h.fullWindow()
+	h.q.P.MaxRdAtomic = InternalSlots // every READ may be outstanding at once
+	for i := range 2 * half {
+		tq.addTag(uint64(i), uint32(i), uint64(i), uint32(i)*100, 100)
+	}
+	rndv := func(i int) []sent {
+		req := append(tmh(wire.TMRendezvous, uint64(i), 0), rvh(peerVA, rkeyPeer, 10)...)
+		_, pkts := h.receive(request(wire.RCSendOnly, testRQPSN+uint32(i)), req)
+		return pkts
+	}
+	for i := range half {
+		rndv(i)
+	}
+	_, pkts := h.run()
+	require.Len(t, pkts, half+1, "the READs and the ACK of the requests: %v", ops(pkts))
+	for i := range half {
+		_, _ = h.receive(readResp(wire.RCRDMAReadResponseOnly, testSQPSN+uint32(i)), make([]byte, 10))
+	}
+	_, pkts = h.run()
+	require.Len(t, pkts, half, "the FINs, not acknowledged yet: %v", ops(pkts))
+	require.Equal(t, half, h.q.Internal())
+	tq.take()
+
+	for i := half; i < 2*half; i++ {
+		for _, p := range rndv(i) {
+			require.NotEqual(t, wire.AckKindRNRNAK, p.syn().Kind(), "rendezvous %d: a slot is free once its READ ended", i)
+		}
+	}
+	require.Len(t, tq.take(), half, "all matched")
+	require.Equal(t, 2*half, h.q.Internal(), "four FINs and four READs")
+}
