@@ -374,13 +374,12 @@ func (q *QP) Internal() int { return q.internal }
 // called. It reports false, queueing nothing, when the requester is not
 // running or InternalSlots requests are already queued.
 func (q *QP) Issue(wr verbs.SendWR, sgl []verbs.SGE, done func(status verbs.WCStatus)) bool {
-	if q.req.state == RequesterInactive || q.internal >= InternalSlots || q.SQ.Full() || done == nil {
+	w := q.issueSlot(done)
+	if w == nil {
 		return false
 	}
-	w := q.SQ.PushSlot()
 	*w = SendWQE{WR: wr, SGL: sgl, done: done}
 	w.WR.Next, w.WR.SGList = nil, nil
-	q.internal++
 	return true
 }
 
@@ -388,16 +387,25 @@ func (q *QP) Issue(wr verbs.SendWR, sgl []verbs.SGE, done func(status verbs.WCSt
 // tag-matching rendezvous), copied into the request as IBV_SEND_INLINE
 // data is.
 func (q *QP) IssueInline(wr verbs.SendWR, data []byte, done func(status verbs.WCStatus)) bool {
-	if q.req.state == RequesterInactive || q.internal >= InternalSlots || q.SQ.Full() || done == nil {
+	w := q.issueSlot(done)
+	if w == nil {
 		return false
 	}
-	w := q.SQ.PushSlot()
 	inline := w.Inline[:0] // the slot's storage from an earlier request, if any
 	*w = SendWQE{WR: wr, Inline: append(inline, data...), done: done}
 	w.WR.Next, w.WR.SGList = nil, nil
 	w.WR.SendFlags |= verbs.SendInline
-	q.internal++
 	return true
+}
+
+// issueSlot takes a send queue slot for a request of the transport's
+// own, or returns nil when Issue may not queue one.
+func (q *QP) issueSlot(done func(verbs.WCStatus)) *SendWQE {
+	if q.req.state == RequesterInactive || q.internal >= InternalSlots || q.SQ.Full() || done == nil {
+		return nil
+	}
+	q.internal++
+	return q.SQ.PushSlot()
 }
 
 // FlushSend completes every queued send WQE with IBV_WC_WR_FLUSH_ERR,
