@@ -291,14 +291,10 @@ func (p *shPD) CreateQP(init *conformance.QPInitAttr) (conformance.QP, error) {
 }
 
 func (p *shPD) CreateSRQ(attr verbs.SRQAttr, ctx any) (conformance.SRQ, error) {
-	s, err := p.p.CreateSRQ(&hca.SRQInitAttr{Attr: attr, Context: ctx})
+	w, err := p.createSRQ(&hca.SRQInitAttr{Attr: attr, Context: ctx})
 	if err != nil {
-		return nil, err
+		return nil, err // not a nil *shSRQ in a non-nil interface
 	}
-	w := &shSRQ{s: s}
-	p.dev.mu.Lock()
-	p.dev.srqs[s] = w
-	p.dev.mu.Unlock()
 	return w, nil
 }
 
@@ -309,6 +305,16 @@ func (p *shPD) CreateTMSRQ(attr verbs.SRQAttr, maxNumTags, maxOps uint32, cq con
 	if c, ok := cq.(*shCQ); ok && c != nil {
 		init.CQ = c.q
 	}
+	w, err := p.createSRQ(init)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// createSRQ creates an SRQ and records its wrapper, by which async
+// events name it.
+func (p *shPD) createSRQ(init *hca.SRQInitAttr) (*shSRQ, error) {
 	s, err := p.p.CreateSRQ(init)
 	if err != nil {
 		return nil, err
