@@ -248,6 +248,11 @@ func (c Config) fill() Config {
 	return c
 }
 
+// NodeGUIDFor returns the node GUID a device whose first address is addr
+// gets by default (DeviceAttr.NodeGUID): what a device list shows before
+// the device is opened.
+func NodeGUIDFor(addr netip.Addr) uint64 { return guidFor([]netip.Addr{addr}) }
+
 // guidFor derives a node GUID as rxe does from its netdev's MAC (the
 // modified EUI-64, universal/local bit flipped), here from a locally
 // administered MAC made of 02:00 and the first address's last four bytes.

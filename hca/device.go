@@ -197,6 +197,7 @@ func (d *Device) Close() error {
 	for _, q := range qps {
 		_ = q.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.AttrState) // fails only if destroyed meanwhile
 	}
+	d.ev.closeFD()
 	if d.eng != nil {
 		return d.eng.Close()
 	}

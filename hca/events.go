@@ -2,9 +2,12 @@ package hca
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/softhca/softhca/internal/acks"
 	"github.com/softhca/softhca/verbs"
@@ -28,15 +31,78 @@ type asyncQueue struct {
 	q        []AsyncEvent // protected by mu
 	nonblock bool         // protected by mu
 	notify   chan struct{}
+	// fd is the eventfd AsyncFD returns, created on its first call
+	// (-1 until then and once closed); it counts the queued events
+	// (semaphore mode). Protected by mu.
+	fd int
 }
 
-func (a *asyncQueue) init() { a.notify = make(chan struct{}, 1) }
+func (a *asyncQueue) init() { a.notify, a.fd = make(chan struct{}, 1), -1 }
+
+// fdAdd adds n (>0) to the eventfd's count or takes -n (<0) from it.
+//
+// Preconditions: a.mu is held.
+func (a *asyncQueue) fdAdd(n int) {
+	if a.fd < 0 {
+		return
+	}
+	var b [8]byte
+	for ; n > 0; n-- {
+		binary.NativeEndian.PutUint64(b[:], 1)
+		for {
+			if _, err := unix.Write(a.fd, b[:]); err != unix.EINTR {
+				break
+			}
+		}
+	}
+	for ; n < 0; n++ {
+		for {
+			if _, err := unix.Read(a.fd, b[:]); err != unix.EINTR {
+				break
+			}
+		}
+	}
+}
+
+// AsyncFD returns a file descriptor that polls readable (POLLIN) exactly
+// while GetAsyncEvent would return an event without blocking: the
+// ibv_context's async_fd. Poll it, but do not read it. It is closed by
+// Close. -1 if the eventfd cannot be created or the device is closed.
+func (d *Device) AsyncFD() int {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	a := &d.ev
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.fd >= 0 || closed {
+		return a.fd
+	}
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK|unix.EFD_SEMAPHORE)
+	if err != nil {
+		return -1
+	}
+	a.fd = fd
+	a.fdAdd(len(a.q))
+	return fd
+}
+
+// closeFD closes the eventfd, if any.
+func (a *asyncQueue) closeFD() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.fd >= 0 {
+		unix.Close(a.fd)
+		a.fd = -1
+	}
+}
 
 // raise queues an event. It takes only the queue's lock, so objects may
 // raise events while holding their own.
 func (a *asyncQueue) raise(e AsyncEvent) {
 	a.mu.Lock()
 	a.q = append(a.q, e)
+	a.fdAdd(1)
 	a.mu.Unlock()
 	select {
 	case a.notify <- struct{}{}:
@@ -59,6 +125,7 @@ func (a *asyncQueue) purge(match func(*AsyncEvent) bool) int {
 	}
 	clear(a.q[len(kept):])
 	a.q = kept
+	a.fdAdd(-n)
 	return n
 }
 
@@ -87,6 +154,7 @@ func (d *Device) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 			e := a.q[0]
 			a.q[0] = AsyncEvent{}
 			a.q = a.q[1:]
+			a.fdAdd(-1)
 			more := len(a.q) > 0
 			if c := e.counter(); c != nil {
 				c.Reported()

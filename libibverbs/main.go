@@ -1,0 +1,110 @@
+//go:build libibverbs
+
+// Command libibverbs is softhca's drop-in libibverbs.so.1: built with
+// -buildmode=c-shared (make libibverbs), it exports rdma-core's libibverbs
+// ABI, symbol versions included, so that unmodified libibverbs programs
+// (rdma-core's ibv_* tools, perftest, an application's own verbs code) run
+// on a softhca device in their own process, with no kernel module.
+//
+// Two halves: shim.c defines every exported symbol and owns the C objects
+// the application sees (struct ibv_context, ibv_qp, ... laid out by
+// verbs.h itself, since it includes it); this package is the Go half,
+// which the C half calls through cgo (the exports below, named shca_go_*)
+// and which drives the hca package. Each C object holds the cgo.Handle of
+// its Go half. The version script (libibverbs.map) exports the ABI
+// symbols and hides the rest, the Go runtime's included.
+//
+// Threads: every verb runs on the application's thread that calls it;
+// the device's transport runs on its own goroutines (hca). The Go halves
+// that keep scratch space for the data path (QP, SRQ, CQ) lock it, since
+// libibverbs lets several threads post to or poll one object.
+//
+// The device comes from the environment (package hcaenv): SOFTHCA_ADDR and
+// the rest, which `softhca run` sets.
+//
+// The file is built only with the libibverbs build tag: the default build
+// needs no C toolchain and no libibverbs-dev.
+package main
+
+/*
+#cgo CFLAGS: -O2 -Wall
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime/cgo"
+	"syscall"
+	"unsafe"
+)
+
+func main() {}
+
+// errnoOf returns the errno an error carries (EINVAL if none: a bad
+// argument is the likely cause of an error without one).
+func errnoOf(err error) C.int {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return C.int(e)
+	}
+	return C.int(syscall.EINVAL)
+}
+
+// fail logs a failed verb at SOFTHCA_LOG=2 and returns its errno.
+func fail(err error) C.int {
+	if logLevel >= 2 {
+		fmt.Fprintf(os.Stderr, "softhca: %v\n", err)
+	}
+	return errnoOf(err)
+}
+
+// logLevel is SOFTHCA_LOG, set by the first device list.
+var logLevel int
+
+// logf prints set-up messages at SOFTHCA_LOG=1 and above.
+func logf(format string, args ...any) {
+	if logLevel >= 1 {
+		fmt.Fprintf(os.Stderr, "softhca: "+format+"\n", args...)
+	}
+}
+
+// newHandle returns a handle for v, as C stores it.
+func newHandle(v any) C.shca_handle { return C.shca_handle(cgo.NewHandle(v)) }
+
+// value returns the Go half a handle names, nil for 0 or a handle of
+// another type.
+func value[T any](h C.shca_handle) *T {
+	if h == 0 {
+		return nil
+	}
+	v, _ := cgo.Handle(h).Value().(*T)
+	return v
+}
+
+// release frees a handle (the object was destroyed).
+func release(h C.shca_handle) {
+	if h != 0 {
+		cgo.Handle(h).Delete()
+	}
+}
+
+// cbytes views n bytes of C memory at p.
+func cbytes(p unsafe.Pointer, n int) []byte {
+	if n <= 0 || p == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(p), n)
+}
+
+// setErr stores an errno where a constructor's C half reads it.
+func setErr(p *C.int, err error) {
+	if p != nil {
+		*p = fail(err)
+	}
+}
