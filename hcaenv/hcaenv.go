@@ -128,7 +128,7 @@ func ParseFile(name string, b []byte) (map[string]string, error) {
 		vals[k] = strings.TrimSpace(v)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", syscall.EINVAL, name, err)
+		return nil, fmt.Errorf("%w: %s: %w", syscall.EINVAL, name, err)
 	}
 	return vals, nil
 }
