@@ -14,6 +14,8 @@
 //	conformance  run the verbs conformance suite and print a table
 //	pingpong     rdma-core's ibv_{rc,uc,ud,srq}_pingpong, either side, on a softhca device
 //	perf         perftest's ib_{send,write,read,atomic}_{bw,lat}, either side, on a softhca device
+//	run          run an unmodified libibverbs program on a softhca device (the drop-in libibverbs.so.1)
+//	env          print the environment that puts a program on a softhca device
 //
 // Further commands (serve, devinfo, trace) will follow as
 // the device grows.
@@ -113,6 +115,19 @@
 // its QP to RTR, as on rxe). The exit status is 0 on success and 1 on any
 // failure or usage error, as rdma-core's.
 //
+// # run, env
+//
+//	softhca run --addr IP [--port N] [--peer-port N] [--device NAME] [--mtu N]
+//	        [--busy-poll] [--rate R] [--log N] [--lib DIR] -- CMD [ARGS...]
+//	softhca env --addr IP [the same flags]
+//
+// run runs an unmodified libibverbs program on a softhca device: with
+// softhca's drop-in libibverbs.so.1 (make libibverbs) in front of the
+// system's through LD_LIBRARY_PATH, and the device described in SOFTHCA_*
+// variables (package hcaenv), which the library reads. It returns the
+// program's exit status. env prints the same variables as shell export
+// lines.
+//
 // # perf
 //
 //	softhca perf {send|write|read|atomic}[_bw|_lat] [perftest options]
@@ -167,6 +182,8 @@ var commands = []command{
 	{"conformance", "run the verbs conformance suite against softhca and print a table", runConformance},
 	{"pingpong", "rdma-core's ibv_{rc,uc,ud,srq}_pingpong, either side, on a softhca device", runPingpong},
 	{"perf", "perftest's ib_{send,write,read,atomic}_{bw,lat}, either side, on a softhca device", runPerf},
+	{"run", "run an unmodified libibverbs program on a softhca device (the drop-in libibverbs.so.1)", runRun},
+	{"env", "print the environment that puts a program on a softhca device", runEnv},
 }
 
 // Exit statuses shared by the commands.
