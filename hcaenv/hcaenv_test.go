@@ -64,7 +64,7 @@ func FuzzParseRate(f *testing.F) {
 func TestParse(t *testing.T) {
 	s, err := Parse(map[string]string{
 		VarAddr: "127.0.0.2", VarPort: "4792", VarPeerPort: "4793", VarDevice: "rxe7",
-		VarMTU: "1024", VarBusyPoll: "1", VarRate: "200M", VarLog: "2",
+		VarMTU: "1024", VarBusyPoll: "0", VarRate: "200M", VarLog: "2",
 	})
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.2", s.Addr.String())
@@ -72,7 +72,7 @@ func TestParse(t *testing.T) {
 	require.Equal(t, uint16(4793), s.PeerPort)
 	require.Equal(t, "rxe7", s.Device)
 	require.Equal(t, verbs.MTU1024, s.MTU)
-	require.True(t, s.BusyPoll)
+	require.False(t, s.BusyPoll)
 	require.InDelta(t, 200e6, s.Rate, 1)
 	require.Equal(t, 2, s.Log)
 	// Env prints what Parse reads back.
@@ -90,6 +90,7 @@ func TestParse(t *testing.T) {
 	require.False(t, def.Addr.IsValid(), "no address: no device")
 	require.Equal(t, uint16(4791), def.Port)
 	require.Equal(t, "softhca0", def.Device)
+	require.True(t, def.BusyPoll, "C programs poll their CQs")
 	_, err = Open(def)
 	require.ErrorIs(t, err, syscall.ENODEV)
 }

@@ -45,7 +45,7 @@ func (f *deviceFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.peerPort, "peer-port", 4791, "UDP `port` the device sends to")
 	fs.StringVar(&f.device, "device", "softhca0", "device `name`")
 	fs.IntVar(&f.mtu, "mtu", 0, "the port's active MTU: 256 to 4096 (default from the address: 4096 on loopback, 1024 otherwise)")
-	fs.BoolVar(&f.busyPoll, "busy-poll", false, "polling an empty CQ drives the transport (lower latency, more CPU)")
+	fs.BoolVar(&f.busyPoll, "busy-poll", true, "polling an empty CQ drives the transport (--busy-poll=false: the transport's goroutines only)")
 	fs.StringVar(&f.rate, "rate", "", "pace everything sent at this `rate` (bits/s, e.g. 200M)")
 	fs.IntVar(&f.log, "log", 0, "library messages: 0 errors, 1 set-up, 2 every failed verb")
 	fs.StringVar(&f.lib, "lib", "", "the `directory` (or file) of softhca's libibverbs.so.1")
