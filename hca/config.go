@@ -42,6 +42,13 @@ type Config struct {
 	// bounds, LOCAL_WRITE) when data is placed, completing with
 	// IBV_WC_LOC_PROT_ERR as rxe does, instead of failing the post.
 	DeferRecvSGEChecks bool
+	// InlineFromAnyAddress reads the data of an IBV_SEND_INLINE request
+	// from any address of the process, as libibverbs does, instead of
+	// only from the PD's registered regions. It is for the C ABI
+	// (libibverbs/), whose programs send inline from their stack: a Go
+	// program must leave it off, since an address into the Go heap is
+	// not stable and the post would read whatever is there.
+	InlineFromAnyAddress bool
 
 	// Link carries the device's packets (link/udp on a network). nil
 	// opens a device without a transport: every verb works, and posted

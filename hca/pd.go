@@ -2,6 +2,7 @@ package hca
 
 import (
 	"syscall"
+	"unsafe"
 
 	"github.com/softhca/softhca/mr"
 	"github.com/softhca/softhca/srq"
@@ -104,9 +105,19 @@ func mrError(s verbs.SGE, st mr.Status) error { return &sgeError{s, st} }
 // region of the PD fails the post.
 func (p *PD) readInline() func(verbs.SGE) ([]byte, error) {
 	t := p.dev.mrs
+	anyAddr := p.dev.cfg.InlineFromAnyAddress
 	return func(s verbs.SGE) ([]byte, error) {
 		if s.Length == 0 {
 			return nil, nil
+		}
+		if anyAddr {
+			if s.Addr == 0 {
+				return nil, mrError(s, mr.BadBounds)
+			}
+			// The caller's memory, as libibverbs reads it: the C ABI
+			// hands its application's addresses here, never Go's.
+			a := uintptr(s.Addr)
+			return unsafe.Slice(*(**byte)(unsafe.Pointer(&a)), s.Length), nil
 		}
 		if b, st := t.Lookup(s.LKey, p.handle, s.Addr, s.Length, 0); st == mr.OK {
 			return b, nil

@@ -59,6 +59,9 @@ type Settings struct {
 	BusyPoll bool
 	Rate     float64 // bits per second; 0: unpaced
 	Log      int
+	// InlineFromAnyAddress is hca.Config's: not a variable, but set by
+	// the drop-in library, whose C programs send inline from any memory.
+	InlineFromAnyAddress bool
 }
 
 // defaults are the settings of an empty environment. BusyPoll is on: C
@@ -286,6 +289,8 @@ func Open(s Settings) (*hca.Device, error) {
 		PortAttr:   verbs.PortAttr{ActiveMTU: mtu},
 		BusyPoll:   s.BusyPoll,
 		Congestion: hca.Congestion{DeviceRate: s.Rate},
+
+		InlineFromAnyAddress: s.InlineFromAnyAddress,
 	})
 	if err != nil {
 		l.Close()

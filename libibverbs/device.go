@@ -38,6 +38,7 @@ var device struct {
 func configure() {
 	device.once.Do(func() {
 		device.settings, device.err = hcaenv.FromEnv()
+		device.settings.InlineFromAnyAddress = true // C programs send inline from their stack
 		logLevel = device.settings.Log
 		if device.err != nil {
 			fmt.Fprintf(os.Stderr, "softhca: no device: %v\n", device.err)
