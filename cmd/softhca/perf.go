@@ -109,9 +109,14 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
 		return exitUsage
 	}
+	busy, err := busyPollFromEnv()
+	if err != nil {
+		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
+		return exitUsage
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := perftest.Run(ctx, perftest.Config{Options: o, Stdout: stdout, Stderr: stderr, Listening: perfListening, DeviceRate: rate})
+	res, err := perftest.Run(ctx, perftest.Config{Options: o, Stdout: stdout, Stderr: stderr, Listening: perfListening, DeviceRate: rate, BusyPoll: busy})
 	if perfDone != nil {
 		perfDone(o, res)
 	}

@@ -19,3 +19,12 @@ func TestRateEnvMistyped(t *testing.T) {
 	require.Equal(t, exitUsage, runPerf([]string{"write"}, &out, &errb))
 	require.Contains(t, errb.String(), `SOFTHCA_RATE: invalid argument: "200 MB/s" is not a rate`)
 }
+
+// TestBusyPollEnvMistyped: a mistyped SOFTHCA_BUSY_POLL stops perf before
+// it opens anything.
+func TestBusyPollEnvMistyped(t *testing.T) {
+	t.Setenv("SOFTHCA_BUSY_POLL", "yes")
+	var out, errb bytes.Buffer
+	require.Equal(t, exitUsage, runPerf([]string{"write"}, &out, &errb))
+	require.Contains(t, errb.String(), `SOFTHCA_BUSY_POLL: invalid argument: "yes" is not 0 or 1`)
+}

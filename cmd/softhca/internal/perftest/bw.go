@@ -180,9 +180,20 @@ func (s *session) slotting(size int) (inc, slots int) {
 // runs a yielding poller ahead of the network poller), so softhca sleeps
 // on the CQ's completion channel, armed before a last poll as
 // ibv_req_notify_cq(3) says, when a poll finds nothing.
+//
+// With Config.BusyPoll it polls in a loop, as perftest does: the device
+// then runs its transport inside the empty polls.
 func (s *session) wait(ctx context.Context, cq *hca.CQ, wcs []verbs.WC) (int, error) {
-	for {
+	for spins := 0; ; spins++ {
 		n := cq.Poll(wcs)
+		if n == 0 && s.cfg.BusyPoll {
+			if spins&1023 == 1023 {
+				if err := ctx.Err(); err != nil {
+					return 0, err
+				}
+			}
+			continue
+		}
 		if n == 0 {
 			if err := cq.ReqNotify(false); err != nil {
 				return 0, fmt.Errorf("req_notify_cq: %w", err)

@@ -25,6 +25,10 @@ type Config struct {
 	// DeviceRate is the device's pacing rate in bits per second
 	// (hca.Congestion.DeviceRate); 0: none.
 	DeviceRate float64
+	// BusyPoll opens the device with hca.Config.BusyPoll and polls
+	// completions in a loop, as perftest does, instead of sleeping on the
+	// completion channel: an empty poll then runs the transport itself.
+	BusyPoll bool
 	// Stdout receives the banner and the result tables, Stderr notes.
 	Stdout, Stderr io.Writer
 
@@ -259,7 +263,7 @@ func (s *session) openDevice() error {
 	var pattr verbs.PortAttr
 	pattr.ActiveMTU = hca.ActiveMTUFor(local.Src)
 	s.dev, err = hca.Open(hca.Config{Name: name, Link: lk, PeerPort: s.peerPort, PortAttr: pattr,
-		Congestion: hca.Congestion{DeviceRate: s.cfg.DeviceRate}})
+		Congestion: hca.Congestion{DeviceRate: s.cfg.DeviceRate}, BusyPoll: s.cfg.BusyPoll})
 	if err != nil {
 		lk.Close()
 		return fmt.Errorf("cannot open the device: %w", err)

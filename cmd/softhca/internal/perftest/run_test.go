@@ -29,6 +29,12 @@ type side struct {
 // perftest arguments, in this process, over UDP loopback on free ports.
 func runPair(t *testing.T, test string, args ...string) (server, client side) {
 	t.Helper()
+	return runPairBusy(t, false, test, args...)
+}
+
+// runPairBusy is runPair with Config.BusyPoll on both sides or not.
+func runPairBusy(t *testing.T, busy bool, test string, args ...string) (server, client side) {
+	t.Helper()
 	tst, err := ParseTest(test)
 	require.NoError(t, err)
 	so, err := ParseArgs(tst, args)
@@ -54,7 +60,7 @@ func runPair(t *testing.T, test string, args ...string) (server, client side) {
 	run := func(o *Options, lk link.Link, peer uint16, lst net.Listener, into *side) {
 		defer wg.Done()
 		var out bytes.Buffer
-		into.res, into.err = Run(ctx, Config{Options: o, Stdout: &out, Stderr: &out, Listener: lst,
+		into.res, into.err = Run(ctx, Config{Options: o, Stdout: &out, Stderr: &out, Listener: lst, BusyPoll: busy,
 			OpenLink: func(netip.Addr) (link.Link, uint16, error) { return lk, peer, nil }})
 		into.out = out.String()
 		if into.err != nil {
@@ -222,6 +228,16 @@ func TestRunSendLat(t *testing.T) {
 	require.Equal(t, local(srv.res)[:2000], remote(cli.res)[:2000])
 	require.Len(t, srv.res.LatReports, 1)
 	require.Len(t, cli.res.LatReports, 1)
+}
+
+// TestRunBusyPoll: with BusyPoll (SOFTHCA_BUSY_POLL=1) the completions
+// are polled in a loop that runs the transport; the data moves as without.
+func TestRunBusyPoll(t *testing.T) {
+	srv, cli := runPairBusy(t, true, "send_lat", "-n", "20", "-s", "2000")
+	require.Equal(t, local(cli.res)[:2000], remote(srv.res)[:2000])
+	require.Equal(t, local(srv.res)[:2000], remote(cli.res)[:2000])
+	srv, cli = runPairBusy(t, true, "write", "-n", "40", "-s", "100")
+	checkSlots(t, local(cli.res), remote(srv.res), 100, 40, cli.res)
 }
 
 func TestRunReadLat(t *testing.T) {
