@@ -94,9 +94,8 @@ func shca_go_post_send(h C.shca_handle, wr *C.struct_ibv_send_wr, bad **C.struct
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.swr, q.sge = q.swr[:0], q.sge[:0]
+	q.swr, q.sge, q.scws = q.swr[:0], q.sge[:0], q.scws[:0]
 	ud := q.q.Type() == verbs.QPTypeUD
-	var cws []*C.struct_ibv_send_wr
 	for w := wr; w != nil; w = w.next {
 		v, ok := sendWR(w, &q.sge)
 		if ok && ud {
@@ -105,16 +104,16 @@ func shca_go_post_send(h C.shca_handle, wr *C.struct_ibv_send_wr, bad **C.struct
 		if !ok {
 			// Post what came before, as the engine would have, and
 			// stop here.
-			if err := q.postSend(cws, bad); err != 0 {
+			if err := q.postSend(q.scws, bad); err != 0 {
 				return err
 			}
 			*bad = w
 			return C.int(syscall.EINVAL)
 		}
 		q.swr = append(q.swr, v)
-		cws = append(cws, w)
+		q.scws = append(q.scws, w)
 	}
-	return q.postSend(cws, bad)
+	return q.postSend(q.scws, bad)
 }
 
 // postSend posts the converted list; cws are the application's requests.
@@ -141,17 +140,17 @@ func (q *qpObj) postSend(cws []*C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr
 
 // recvList converts a receive list into scratch; it returns the
 // application's requests, and the first malformed one.
-func recvList(wr *C.struct_ibv_recv_wr, rwr *[]verbs.RecvWR, sc *[]verbs.SGE) (cws []*C.struct_ibv_recv_wr, malformed *C.struct_ibv_recv_wr) {
-	*rwr, *sc = (*rwr)[:0], (*sc)[:0]
+func recvList(wr *C.struct_ibv_recv_wr, rwr *[]verbs.RecvWR, sc *[]verbs.SGE, scws *[]*C.struct_ibv_recv_wr) (cws []*C.struct_ibv_recv_wr, malformed *C.struct_ibv_recv_wr) {
+	*rwr, *sc, *scws = (*rwr)[:0], (*sc)[:0], (*scws)[:0]
 	for w := wr; w != nil; w = w.next {
 		sgl, ok := sges(sc, w.sg_list, w.num_sge)
 		if !ok {
-			return cws, w
+			return *scws, w
 		}
 		*rwr = append(*rwr, verbs.RecvWR{WRID: uint64(w.wr_id), SGList: sgl})
-		cws = append(cws, w)
+		*scws = append(*scws, w)
 	}
-	return cws, nil
+	return *scws, nil
 }
 
 func postRecvList(rwr []verbs.RecvWR, cws []*C.struct_ibv_recv_wr, post func(*verbs.RecvWR) (*verbs.RecvWR, error), bad **C.struct_ibv_recv_wr) C.int {
@@ -184,7 +183,7 @@ func shca_go_post_recv(h C.shca_handle, wr *C.struct_ibv_recv_wr, bad **C.struct
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	cws, malformed := recvList(wr, &q.rwr, &q.sge)
+	cws, malformed := recvList(wr, &q.rwr, &q.sge, &q.rcws)
 	if e := postRecvList(q.rwr, cws, q.q.PostRecv, bad); e != 0 {
 		return e
 	}
@@ -204,7 +203,7 @@ func shca_go_post_srq_recv(h C.shca_handle, wr *C.struct_ibv_recv_wr, bad **C.st
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cws, malformed := recvList(wr, &s.rwr, &s.sge)
+	cws, malformed := recvList(wr, &s.rwr, &s.sge, &s.rcws)
 	if e := postRecvList(s.rwr, cws, s.s.PostRecv, bad); e != 0 {
 		return e
 	}

@@ -37,19 +37,22 @@ type cqObj struct {
 }
 
 type srqObj struct {
-	s   *hca.SRQ
-	mu  sync.Mutex
-	rwr []verbs.RecvWR // post scratch, under mu
-	sge []verbs.SGE
-	ops []verbs.OpsWR
+	s    *hca.SRQ
+	mu   sync.Mutex
+	rwr  []verbs.RecvWR // post scratch, under mu
+	sge  []verbs.SGE
+	ops  []verbs.OpsWR
+	rcws []*C.struct_ibv_recv_wr // the application's requests (C memory)
 }
 
 type qpObj struct {
-	q   *hca.QP
-	mu  sync.Mutex
-	swr []verbs.SendWR // post scratch, under mu
-	rwr []verbs.RecvWR
-	sge []verbs.SGE
+	q    *hca.QP
+	mu   sync.Mutex
+	swr  []verbs.SendWR // post scratch, under mu
+	rwr  []verbs.RecvWR
+	sge  []verbs.SGE
+	scws []*C.struct_ibv_send_wr // the application's requests (C memory)
+	rcws []*C.struct_ibv_recv_wr
 }
 
 //export shca_go_alloc_pd

@@ -686,7 +686,15 @@ EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 			void *addr, size_t length, int access)
 {
-	(void)mr; (void)flags; (void)pd; (void)addr; (void)length; (void)access;
+	(void)pd;
+	/* rdma-core's input checks first (EINVAL); then softhca cannot
+	 * change a registered region (EOPNOTSUPP): deregister and register. */
+	if (!mr || (flags & ~(IBV_REREG_MR_FLAGS_SUPPORTED)) ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!length || !addr)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
 	errno = EOPNOTSUPP;
 	return IBV_REREG_MR_ERR_INPUT;
 }
@@ -1601,44 +1609,116 @@ EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
 	return 0;
 }
 
+/* find_gid_index returns the index of a RoCEv2 GID of the port, or -1. */
+static int find_gid_index(struct ibv_context *context, uint8_t port_num,
+			  const union ibv_gid *gid)
+{
+	union ibv_gid g;
+	int i;
+
+	for (i = 0;; i++) {
+		if (shca_go_query_gid(CTX(context)->h, port_num, i, &g)) {
+			errno = ENOENT;
+			return -1;
+		}
+		if (!memcmp(&g, gid, sizeof(g)) &&
+		    !shca_go_gid_in_use(CTX(context)->h, port_num, i))
+			return i;
+	}
+}
+
+static void v4mapped(uint32_t be_addr, union ibv_gid *gid)
+{
+	memset(gid, 0, sizeof(*gid));
+	gid->raw[10] = 0xff;
+	gid->raw[11] = 0xff;
+	memcpy(&gid->raw[12], &be_addr, 4);
+}
+
+/* The IP version of a RoCEv2 receive's 40-byte header area: an IPv6
+ * header, or an IPv4 header in its last 20 bytes (rdma-core's rule: an
+ * IPv6 version nibble with a valid IPv4 header checksum behind it is
+ * IPv4). */
+static int grh_version(const struct ibv_grh *grh)
+{
+	const uint8_t *ip4 = (const uint8_t *)grh + 20;
+	uint32_t sum = 0;
+	int i;
+
+	if (((be32toh(grh->version_tclass_flow) >> 28) & 0xf) != 6)
+		return (ip4[0] >> 4) == 4 ? 4 : -1;
+	if ((ip4[0] & 0xf) != 5)
+		return 6;
+	for (i = 0; i < 20; i += 2)
+		sum += (uint32_t)ip4[i] << 8 | ip4[i + 1];
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	return sum == 0xffff ? 4 : 6;
+}
+
 /* ibv_init_ah_from_wc as rdma-core does it for RoCE: the reply goes to
- * the GRH's source, from the local GID the packet was sent to. */
+ * the header's source, from the local GID the packet was sent to. */
 EXPORT int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num,
 			       struct ibv_wc *wc, struct ibv_grh *grh,
 			       struct ibv_ah_attr *ah_attr)
 {
-	struct ibv_port_attr pa;
-	union ibv_gid g;
-	uint32_t flow_class;
-	int i;
+	const uint8_t *ip4;
+	uint32_t saddr, daddr;
+	union ibv_gid sgid;
+	int idx;
 
-	if (!context || !wc || !ah_attr)
-		return ret_err(EINVAL);
+	if (!context || !wc || !ah_attr || !grh) {
+		errno = EINVAL;
+		return -1;
+	}
 	memset(ah_attr, 0, sizeof(*ah_attr));
+	ah_attr->grh.flow_label = be32toh(grh->version_tclass_flow) & 0xfffff;
 	ah_attr->dlid = wc->slid;
 	ah_attr->sl = wc->sl;
 	ah_attr->src_path_bits = wc->dlid_path_bits;
 	ah_attr->port_num = port_num;
-	if (!(wc->wc_flags & IBV_WC_GRH) || !grh)
-		return ret_err(EINVAL); /* RoCE needs the GRH */
-	if (shca_go_query_port(CTX(context)->h, port_num, &pa))
-		return ret_err(EINVAL);
-	for (i = 0; i < pa.gid_tbl_len; i++) {
-		if (shca_go_query_gid(CTX(context)->h, port_num, i, &g))
-			continue;
-		if (!memcmp(&g, &grh->dgid, sizeof(g)))
-			break;
-	}
-	if (i == pa.gid_tbl_len)
-		return ret_err(ENOENT);
+	if (!(wc->wc_flags & IBV_WC_GRH))
+		return 0;
 	ah_attr->is_global = 1;
-	ah_attr->grh.dgid = grh->sgid;
-	ah_attr->grh.sgid_index = i;
-	flow_class = be32toh(grh->version_tclass_flow);
-	ah_attr->grh.flow_label = flow_class & 0xfffff;
-	ah_attr->grh.hop_limit = 0xff;
-	ah_attr->grh.traffic_class = (flow_class >> 20) & 0xff;
-	return 0;
+	switch (grh_version(grh)) {
+	case 4:
+		ip4 = (const uint8_t *)grh + 20;
+		memcpy(&saddr, ip4 + 12, 4);
+		memcpy(&daddr, ip4 + 16, 4);
+		if ((be32toh(daddr) >> 28) == 0xe) {
+			errno = EINVAL; /* multicast: not in the GID table */
+			return -1;
+		}
+		v4mapped(daddr, &sgid);
+		idx = find_gid_index(context, port_num, &sgid);
+		if (idx < 0)
+			return -1;
+		v4mapped(saddr, &ah_attr->grh.dgid);
+		ah_attr->grh.sgid_index = idx;
+		ah_attr->grh.hop_limit = ip4[8];
+		ah_attr->grh.traffic_class = ip4[1];
+		return 0;
+	case 6:
+		if (grh->dgid.raw[0] == 0xff) {
+			errno = EINVAL;
+			return -1;
+		}
+		if (grh->next_hdr != IPPROTO_UDP) {
+			errno = EPROTONOSUPPORT; /* RoCEv1: softhca has only v2 GIDs */
+			return -1;
+		}
+		idx = find_gid_index(context, port_num, &grh->dgid);
+		if (idx < 0)
+			return -1;
+		ah_attr->grh.dgid = grh->sgid;
+		ah_attr->grh.sgid_index = idx;
+		ah_attr->grh.hop_limit = grh->hop_limit;
+		ah_attr->grh.traffic_class = (be32toh(grh->version_tclass_flow) >> 20) & 0xff;
+		return 0;
+	default:
+		errno = EPROTONOSUPPORT;
+		return -1;
+	}
 }
 
 EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd,
@@ -1664,12 +1744,14 @@ EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context *context,
 {
 	const uint8_t *g;
 
-	if (!context || !attr || !eth_mac || !vid)
-		return ret_err(EINVAL);
-	if (!attr->is_global)
-		return ret_err(EINVAL);
+	/* rdma-core returns a negative errno here */
+	if (!context || !attr || !eth_mac)
+		return -EINVAL;
 	g = attr->grh.dgid.raw;
-	*vid = 0xffff; /* no VLAN */
+	if (!attr->is_global || memcmp(g, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12))
+		return -EHOSTUNREACH; /* only IPv4 peers have a derived MAC */
+	if (vid)
+		*vid = 0xffff; /* no VLAN */
 	eth_mac[0] = 0x02;
 	eth_mac[1] = 0x00;
 	memcpy(eth_mac + 2, g + 12, 4);
@@ -1710,19 +1792,38 @@ EXPORT int ibv_dofork_range(void *base, size_t size)
 
 EXPORT const char *ibv_get_sysfs_path(void)
 {
-	const char *env = getenv("SYSFS_PATH");
+	static char *path;
+	const char *env = NULL;
+	size_t len;
 
-	return env && *env ? env : "/sys";
+	if (path)
+		return path;
+	/* As rdma-core: the environment only when not running set-uid, and
+	 * without trailing slashes. */
+	if (getuid() == geteuid())
+		env = getenv("SYSFS_PATH");
+	if (!env)
+		return "/sys";
+	path = strndup(env, IBV_SYSFS_PATH_MAX);
+	if (!path)
+		return "/sys";
+	len = strlen(path);
+	while (len > 0 && path[len - 1] == '/')
+		path[--len] = '\0';
+	return path;
 }
 
 EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf,
 			       size_t size)
 {
 	char *path;
-	int fd, len;
+	ssize_t len;
+	int fd;
 
-	if (!dir || !file || !buf || !size)
-		return ret_err(EINVAL), -1;
+	if (!dir || !file || !buf || !size) {
+		errno = EINVAL;
+		return -1;
+	}
 	if (asprintf(&path, "%s/%s", dir, file) < 0)
 		return -1;
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -1732,12 +1833,12 @@ EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf,
 	len = read(fd, buf, size);
 	close(fd);
 	if (len > 0) {
-		if (len == (int)size)
-			buf[len - 1] = '\0';
-		else if (buf[len - 1] == '\n')
+		if (buf[len - 1] == '\n')
 			buf[--len] = '\0';
-		else
+		else if ((size_t)len < size)
 			buf[len] = '\0';
+		else
+			return -1; /* no room for the terminator: rdma-core fails */
 	}
 	return len;
 }
@@ -1764,12 +1865,12 @@ EXPORT const char *ibv_node_type_str(enum ibv_node_type t)
 EXPORT const char *ibv_port_state_str(enum ibv_port_state s)
 {
 	static const char *const n[] = {
-		[IBV_PORT_NOP] = "PORT_NOP",
-		[IBV_PORT_DOWN] = "PORT_DOWN",
-		[IBV_PORT_INIT] = "PORT_INIT",
-		[IBV_PORT_ARMED] = "PORT_ARMED",
-		[IBV_PORT_ACTIVE] = "PORT_ACTIVE",
-		[IBV_PORT_ACTIVE_DEFER] = "PORT_ACTIVE_DEFER",
+		[IBV_PORT_NOP] = "no state change (NOP)",
+		[IBV_PORT_DOWN] = "down",
+		[IBV_PORT_INIT] = "init",
+		[IBV_PORT_ARMED] = "armed",
+		[IBV_PORT_ACTIVE] = "active",
+		[IBV_PORT_ACTIVE_DEFER] = "active defer",
 	};
 
 	if ((int)s < 0 || (size_t)s >= sizeof(n) / sizeof(n[0]))
@@ -1844,22 +1945,26 @@ EXPORT const char *ibv_wc_status_str(enum ibv_wc_status status)
 
 /* ------------------------------------------------------------- rates */
 
+/* The rates libibverbs knows: their multiple of 2.5 Gb/s (0 for the
+ * rates that are not a multiple: FDR, EDR and the like) and their
+ * signalling rate in Mb/s, as rdma-core 44's tables. */
 static const struct {
 	enum ibv_rate rate;
 	int mult;
 	int mbps;
 } rates[] = {
-	{ IBV_RATE_2_5_GBPS, 1, 2500 },	   { IBV_RATE_5_GBPS, 2, 5000 },
-	{ IBV_RATE_10_GBPS, 4, 10000 },	   { IBV_RATE_20_GBPS, 8, 20000 },
-	{ IBV_RATE_30_GBPS, 12, 30000 },   { IBV_RATE_40_GBPS, 16, 40000 },
-	{ IBV_RATE_60_GBPS, 24, 60000 },   { IBV_RATE_80_GBPS, 32, 80000 },
-	{ IBV_RATE_120_GBPS, 48, 120000 }, { IBV_RATE_14_GBPS, 5, 14062 },
-	{ IBV_RATE_56_GBPS, 22, 56250 },   { IBV_RATE_112_GBPS, 45, 112500 },
-	{ IBV_RATE_168_GBPS, 67, 168750 }, { IBV_RATE_25_GBPS, 10, 25781 },
-	{ IBV_RATE_100_GBPS, 40, 103125 }, { IBV_RATE_200_GBPS, 80, 206250 },
-	{ IBV_RATE_300_GBPS, 120, 309375 }, { IBV_RATE_28_GBPS, 11, 28125 },
-	{ IBV_RATE_50_GBPS, 20, 53125 },   { IBV_RATE_400_GBPS, 160, 425000 },
-	{ IBV_RATE_600_GBPS, 240, 637500 },
+	{ IBV_RATE_2_5_GBPS, 1, 2500 },	    { IBV_RATE_5_GBPS, 2, 5000 },
+	{ IBV_RATE_10_GBPS, 4, 10000 },	    { IBV_RATE_20_GBPS, 8, 20000 },
+	{ IBV_RATE_30_GBPS, 12, 30000 },    { IBV_RATE_40_GBPS, 16, 40000 },
+	{ IBV_RATE_60_GBPS, 24, 60000 },    { IBV_RATE_80_GBPS, 32, 80000 },
+	{ IBV_RATE_120_GBPS, 48, 120000 },  { IBV_RATE_14_GBPS, 0, 14062 },
+	{ IBV_RATE_56_GBPS, 0, 56250 },	    { IBV_RATE_112_GBPS, 0, 112500 },
+	{ IBV_RATE_168_GBPS, 0, 168750 },   { IBV_RATE_25_GBPS, 0, 25781 },
+	{ IBV_RATE_100_GBPS, 0, 103125 },   { IBV_RATE_200_GBPS, 0, 206250 },
+	{ IBV_RATE_300_GBPS, 0, 309375 },   { IBV_RATE_28_GBPS, 11, 28125 },
+	{ IBV_RATE_50_GBPS, 20, 53125 },    { IBV_RATE_400_GBPS, 160, 425000 },
+	{ IBV_RATE_600_GBPS, 240, 637500 }, { IBV_RATE_800_GBPS, 320, 850000 },
+	{ IBV_RATE_1200_GBPS, 480, 1275000 },
 };
 #define NRATES (sizeof(rates) / sizeof(rates[0]))
 
@@ -1868,7 +1973,7 @@ EXPORT int ibv_rate_to_mult(enum ibv_rate rate)
 	size_t i;
 
 	for (i = 0; i < NRATES; i++)
-		if (rates[i].rate == rate)
+		if (rates[i].rate == rate && rates[i].mult)
 			return rates[i].mult;
 	return -1;
 }
@@ -1877,7 +1982,7 @@ EXPORT enum ibv_rate mult_to_ibv_rate(int mult)
 {
 	size_t i;
 
-	for (i = 0; i < NRATES; i++)
+	for (i = 0; i < NRATES && mult > 0; i++)
 		if (rates[i].mult == mult)
 			return rates[i].rate;
 	return IBV_RATE_MAX;

@@ -40,6 +40,10 @@
 //     itself. It costs a control message per datagram, parsed without
 //     allocating. On a dual-stack socket IPv4 datagrams report IP_TOS,
 //     IPv6 ones IPV6_TCLASS.
+//   - Hop limit, received: IP_RECVTTL / IPV6_RECVHOPLIMIT, so that
+//     Net.HopLimit is the TTL the datagram arrived with: a UD receive's
+//     40-byte header area carries it, as rxe's does (ibv_init_ah_from_wc
+//     copies it into the reply's address).
 //   - ECN (Config.ECN): IP_TOS = 2 and, on IPv6 sockets, IPV6_TCLASS = 2,
 //     so that every packet leaves with ECT(0) (DSCP 0). A dual-stack
 //     socket gets both, since its IPv4 traffic takes IP_TOS. GSO segments

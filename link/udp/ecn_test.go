@@ -148,6 +148,9 @@ func TestECNSend(t *testing.T) {
 						require.Equal(t, i, g.psn)
 						require.Equal(t, path.dst, g.net.Dst)
 						require.Equal(t, want, g.net.TrafficClass, "packet %d", i)
+						// The hop limit it arrived with (loopback does not
+						// decrement it; Linux's default is 64).
+						require.Equal(t, uint8(64), g.net.HopLimit, "packet %d", i)
 					}
 
 					// To a plain socket: the real header.

@@ -389,7 +389,7 @@ func (l *Link) parseMsg(i int, n *wire.Net) (seg int) {
 		src, sport = netip.AddrFrom16(sa.Addr).Unmap(), getPort(&sa.Port)
 	}
 	dst := l.local.Addr()
-	var tc uint8
+	var tc, hop uint8
 	h := &r.msgs[i].Hdr
 	if h.Controllen > 0 {
 		c := r.ctrl[i*ctrlSize : i*ctrlSize+min(int(h.Controllen), ctrlSize)]
@@ -413,6 +413,10 @@ func (l *Link) parseMsg(i int, n *wire.Net) (seg int) {
 				tc = d[0]
 			case ch.Level == unix.IPPROTO_IPV6 && ch.Type == unix.IPV6_TCLASS && len(d) >= 4:
 				tc = uint8(binary.NativeEndian.Uint32(d))
+			case ch.Level == unix.IPPROTO_IP && ch.Type == unix.IP_TTL && len(d) >= 4:
+				hop = uint8(binary.NativeEndian.Uint32(d))
+			case ch.Level == unix.IPPROTO_IPV6 && ch.Type == unix.IPV6_HOPLIMIT && len(d) >= 4:
+				hop = uint8(binary.NativeEndian.Uint32(d))
 			}
 			next := unix.CmsgSpace(cl - unix.SizeofCmsghdr)
 			if next >= len(c) {
@@ -421,6 +425,6 @@ func (l *Link) parseMsg(i int, n *wire.Net) (seg int) {
 			c = c[next:]
 		}
 	}
-	*n = wire.Net{Src: src, Dst: dst, SrcPort: sport, DstPort: l.local.Port(), TrafficClass: tc, DontFragment: true}
+	*n = wire.Net{Src: src, Dst: dst, SrcPort: sport, DstPort: l.local.Port(), TrafficClass: tc, HopLimit: hop, DontFragment: true}
 	return seg
 }

@@ -77,12 +77,12 @@ const (
 
 	// ctrlSize is the control-message space per message, for the most
 	// the kernel sends with one datagram, UDP_GRO (an int), IPV6_PKTINFO
-	// (in6_pktinfo, 20 bytes, larger than IP_PKTINFO's) and IPV6_TCLASS
-	// (an int, larger than IP_TOS's byte), and for what Send passes,
-	// UDP_SEGMENT and a PKTINFO. Each takes a header and its data rounded
-	// up to the word size, at most 8 (TestCtrlSize checks it against
-	// unix.CmsgSpace).
-	ctrlSize = 3*unix.SizeofCmsghdr + 8 + 24 + 8
+	// (in6_pktinfo, 20 bytes, larger than IP_PKTINFO's), IPV6_TCLASS
+	// (an int, larger than IP_TOS's byte) and IPV6_HOPLIMIT or IP_TTL (an
+	// int), and for what Send passes, UDP_SEGMENT and a PKTINFO. Each
+	// takes a header and its data rounded up to the word size, at most 8
+	// (TestCtrlSize checks it against unix.CmsgSpace).
+	ctrlSize = 4*unix.SizeofCmsghdr + 8 + 24 + 8 + 8
 
 	// ect0 is the ECN codepoint ECT(0), in the low two bits of the IPv4
 	// TOS and the IPv6 traffic class (RFC 3168).
@@ -221,9 +221,14 @@ func (l *Link) setup(fd int, cfg Config) error {
 	// The traffic class: received always (IPv4 datagrams on a dual-stack
 	// socket report it as IP_TOS, IPv6 ones as IPV6_TCLASS), sent as
 	// ECT(0) with ECN (a dual-stack socket sends IPv4 with IP_TOS).
+	// The hop limit (TTL) each datagram arrived with, too: a UD receive's
+	// 40-byte header area carries it, as rxe's does.
 	if !l.v6 || l.dual {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
 			return fmt.Errorf("IP_RECVTOS: %w", err)
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTTL, 1); err != nil {
+			return fmt.Errorf("IP_RECVTTL: %w", err)
 		}
 		if cfg.ECN {
 			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, ect0); err != nil {
@@ -234,6 +239,9 @@ func (l *Link) setup(fd int, cfg Config) error {
 	if l.v6 {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
 			return fmt.Errorf("IPV6_RECVTCLASS: %w", err)
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1); err != nil {
+			return fmt.Errorf("IPV6_RECVHOPLIMIT: %w", err)
 		}
 		if cfg.ECN {
 			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, ect0); err != nil {
