@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,9 @@ type env struct {
 	vm      *VM
 	gidx    int    // rxe0's RoCEv2 GID index
 	softhca string // the softhca binary
+	// libErr is why softhca's drop-in libibverbs.so.1 (built into dir)
+	// could not be built; nil when it was.
+	libErr  error
 	cmds    string // softhca's command list (softhca help)
 	tapQLen int    // the tap's txqueuelen, as read back once qemu attached
 
@@ -137,6 +141,7 @@ func newEnv() (*env, error) {
 	if out, err := goCmd(ctx, "build", "-o", e.softhca, "github.com/softhca/softhca/cmd/softhca").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building softhca: %w\n%s", err, out)
 	}
+	e.libErr = buildLibibverbs(ctx, e.dir)
 	help, _ := exec.CommandContext(ctx, e.softhca, "help").CombinedOutput()
 	e.cmds = string(help)
 	logf("built the guest agent and softhca in %v", time.Since(t0).Round(time.Millisecond))
@@ -187,6 +192,21 @@ func (e *env) close() {
 	}
 	Loss{Dev: e.net.Tap}.Remove()
 	e.net.Down()
+}
+
+// buildLibibverbs builds softhca's drop-in libibverbs.so.1 into dir, as
+// make libibverbs does.
+func buildLibibverbs(ctx context.Context, dir string) error {
+	_, self, _, _ := runtime.Caller(0)
+	mapFile := filepath.Join(filepath.Dir(self), "..", "libibverbs", "libibverbs.map")
+	ld := "-extldflags '-Wl,--version-script=" + mapFile + " -Wl,-soname,libibverbs.so.1'"
+	cmd := goCmd(ctx, "build", "-tags", "libibverbs", "-buildmode=c-shared", "-ldflags", ld,
+		"-o", filepath.Join(dir, "libibverbs.so.1"), "github.com/softhca/softhca/libibverbs")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building libibverbs.so.1 (needs gcc and libibverbs-dev): %w\n%s", err, out)
+	}
+	return nil
 }
 
 // goCmd runs the go command: go test puts its own $GOROOT/bin first in

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -31,6 +32,7 @@ func TestInterop(t *testing.T) {
 	t.Run("tm", e.testTM)
 	t.Run("pingpong", e.testPingpong)
 	t.Run("perftest", e.testPerftest)
+	t.Run("unmodified", e.testUnmodified)
 	t.Run("loss", e.testLoss)
 	t.Run("congestion", e.testCongestion)
 }
@@ -303,6 +305,9 @@ type pingpong struct {
 	loss          int    // per mille
 	numQP         int    // srq: -q; 0 for numQP
 	rate          string // SOFTHCA_RATE of the softhca side; "" for none
+	// unmodified runs rdma-core's own binary on the host, through
+	// softhca's drop-in libibverbs.so.1, instead of softhca pingpong.
+	unmodified bool
 }
 
 // numQP is the -q of the srq cases.
@@ -329,6 +334,9 @@ func (e *env) runPingpong(t *testing.T, pp pingpong) *exchangeResult {
 	}
 	guest := endpoint{guest: true, argv: append([]string{"ibv_" + pp.mode + "_pingpong", "-d", RXEDevice, "-g", strconv.Itoa(e.gidx)}, common...)}
 	host := endpoint{argv: append([]string{"pingpong", pp.mode, "-g", "1"}, common...)}
+	if pp.unmodified {
+		host.argv = append(e.runArgs(pp.mtu), append([]string{"ibv_" + pp.mode + "_pingpong", "-g", "1"}, common...)...)
+	}
 	if pp.rate != "" {
 		host.env = []string{"SOFTHCA_RATE=" + pp.rate}
 	}
@@ -400,10 +408,19 @@ func (e *env) testPerftest(t *testing.T) {
 // runPerf runs ib_<verb>_bw in the guest against softhca perf <verb> at
 // path MTU mtu.
 func (e *env) runPerf(t *testing.T, verb string, args []string, mtu int, softhcaServer bool) *exchangeResult {
+	return e.runPerfHost(t, verb, args, mtu, softhcaServer, false)
+}
+
+// runPerfHost is runPerf; with unmodified, the host runs perftest's own
+// ib_<verb>_bw through softhca's drop-in libibverbs.so.1.
+func (e *env) runPerfHost(t *testing.T, verb string, args []string, mtu int, softhcaServer, unmodified bool) *exchangeResult {
 	port := e.nextPort()
 	common := append([]string{"-p", strconv.Itoa(port), "-m", strconv.Itoa(mtu)}, args...)
 	guest := endpoint{guest: true, argv: append([]string{"ib_" + verb + "_bw", "-d", RXEDevice, "-x", strconv.Itoa(e.gidx), "-F"}, common...)}
 	host := endpoint{argv: append([]string{"perf", verb, "-x", "1"}, common...)}
+	if unmodified {
+		host.argv = append(e.runArgs(mtu), append([]string{"ib_" + verb + "_bw", "-x", "1", "-F"}, common...)...)
+	}
 	iters, all := 0, false
 	for i, a := range args {
 		switch a {
@@ -425,6 +442,56 @@ func (e *env) runPerf(t *testing.T, verb string, args []string, mtu int, softhca
 		x.client.argv = append(x.client.argv, e.guestAddr().String())
 	}
 	return e.run(t, x)
+}
+
+// runArgs are the softhca arguments that run a program on the host's
+// address through the drop-in library, at port MTU mtu.
+func (e *env) runArgs(mtu int) []string {
+	return []string{"run", "--addr", e.hostAddr().String(), "--mtu", strconv.Itoa(mtu), "--lib", e.dir, "--"}
+}
+
+// testUnmodified runs rdma-core's and perftest's unmodified binaries at
+// both ends: in the guest on rxe, on the host on softhca through the
+// drop-in libibverbs.so.1 (softhca run).
+func (e *env) testUnmodified(t *testing.T) {
+	if e.libErr != nil || !e.hasCommand("run") {
+		e.leaf(t, nil)
+		t.Fatalf("no drop-in library to run the host's tools on: %v (softhca help lists:\n%s)", e.libErr, e.cmds)
+	}
+	for _, bin := range []string{"ibv_rc_pingpong", "ib_write_bw"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			e.leaf(t, nil)
+			t.Fatalf("%s is not installed on the host (apt-get install ibverbs-utils perftest)", bin)
+		}
+	}
+	e.setMTU(t, 1024)
+	for _, role := range []string{"softhca-client", "softhca-server"} {
+		for _, pp := range []pingpong{
+			{mode: "rc", size: 4096, iters: 100},
+			{mode: "rc", size: 65536, iters: 20, events: true},
+			{mode: "uc", size: 4096, iters: 100},
+			{mode: "ud", size: 1024, iters: 100},
+			{mode: "srq", size: 4096, iters: 100},
+		} {
+			name := fmt.Sprintf("ibv_%s_pingpong/%s/%d", pp.mode, role, pp.size)
+			if pp.events {
+				name += "/events"
+			}
+			t.Run(name, func(t *testing.T) {
+				var note string
+				e.leaf(t, &note)
+				pp.mtu, pp.unmodified, pp.softhcaServer = 1024, true, role == "softhca-server"
+				note = e.runPingpong(t, pp).note()
+			})
+		}
+		for _, verb := range []string{"write", "read", "send"} {
+			t.Run("ib_"+verb+"_bw/"+role, func(t *testing.T) {
+				var note string
+				e.leaf(t, &note)
+				note = e.runPerfHost(t, verb, []string{"-s", "65536", "-n", "200"}, 1024, role == "softhca-server", true).note()
+			})
+		}
+	}
 }
 
 // perfResult matches perftest's result row: #bytes #iterations BW peak
