@@ -36,12 +36,28 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/cgo"
 	"syscall"
 	"unsafe"
 )
 
 func main() {}
+
+// init sizes the library's Go runtime: half the CPUs (at least one)
+// unless the environment says otherwise (GOMAXPROCS). The application's
+// own threads do most of the work here (they post, and they poll, which
+// with busy polling runs the transport), and each of the runtime's Ps
+// would also spin looking for work on the cores those threads need: with
+// the default of one P per CPU, two processes on a 2-core machine (a
+// server and a client) ran ib_write_bw at 740-820 MB/s and ib_send_lat at
+// 19-37 us; with one P each, 1070-1420 MB/s and 11-13 us
+// (docs/performance.md).
+func init() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/2))
+	}
+}
 
 // errnoOf returns the errno an error carries (EINVAL if none: a bad
 // argument is the likely cause of an error without one).
