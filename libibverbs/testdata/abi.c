@@ -36,6 +36,7 @@
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <infiniband/verbs.h>
+#include <infiniband/tm_types.h>
 #include <infiniband/sa.h>
 #include <rdma/ib_user_verbs.h>
 #include <rdma/ib_user_sa.h>
@@ -1522,6 +1523,230 @@ static void rc_teardown(struct rc *rc)
 	free(rc->buf_b);
 }
 
+/* ------------------------------------------------------ tag matching data */
+
+/* poll_tm takes one completion from an extended CQ, with its tag. */
+static bool poll_tm(struct ibv_cq_ex *cq, struct ibv_wc *wc, struct ibv_wc_tm_info *tm)
+{
+	struct ibv_poll_cq_attr pa = {};
+	long long end = now_ms() + 5000;
+	int r;
+
+	while ((r = ibv_start_poll(cq, &pa)) == ENOENT && now_ms() < end)
+		;
+	if (r)
+		return false;
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = cq->wr_id;
+	wc->status = cq->status;
+	wc->opcode = ibv_wc_read_opcode(cq);
+	wc->byte_len = ibv_wc_read_byte_len(cq);
+	wc->wc_flags = ibv_wc_read_wc_flags(cq);
+	memset(tm, 0, sizeof(*tm));
+	ibv_wc_read_tm_info(cq, tm);
+	ibv_end_poll(cq);
+	return true;
+}
+
+/* test_tm_data: messages into a tag-matching SRQ through the C ABI, as
+ * UCX sends them (ibv_tmh, ibv_rvh from tm_types.h): an EAGER message
+ * matched by its tag, a NO_TAG message into an ordinary SRQ buffer, and a
+ * rendezvous the receiver fetches with its own READ and answers with a
+ * FIN (docs/tag-matching.md). Sender A and receiver B are two RC QPs of
+ * the one device; B's receives come from the TM-SRQ. */
+static void test_tm_data(struct env *e)
+{
+	struct ibv_cq_init_attr_ex ca = { .cqe = 64, .wc_flags = IBV_WC_EX_WITH_BYTE_LEN |
+							      IBV_WC_EX_WITH_TM_INFO };
+	struct ibv_srq_init_attr_ex sx = {};
+	struct ibv_qp_init_attr ia = {};
+	struct ibv_cq_ex *cqx = NULL;
+	struct ibv_cq *cqa = NULL, *cqb;
+	struct ibv_srq *srq = NULL;
+	struct ibv_qp *qa = NULL, *qb = NULL;
+	struct ibv_mr *mra = NULL, *mrb = NULL;
+	char *bufa, *bufb;
+	struct ibv_ops_wr op, *obad;
+	struct ibv_send_wr swr, *sbad;
+	struct ibv_recv_wr rwr, *rbad;
+	struct ibv_sge sge[2], rsge;
+	struct ibv_tmh tmh;
+	struct ibv_rvh rvh;
+	struct ibv_wc wc;
+	struct ibv_wc_tm_info tm;
+	const char eager[] = "an eager message";
+	bool got;
+	int i;
+
+	bufa = aligned_alloc(4096, 4 * BUF_SIZE);
+	bufb = aligned_alloc(4096, 4 * BUF_SIZE);
+	memset(bufa, 0, 4 * BUF_SIZE);
+	memset(bufb, 0, 4 * BUF_SIZE);
+	mra = ibv_reg_mr(e->pd, bufa, 4 * BUF_SIZE, RC_ACCESS);
+	mrb = ibv_reg_mr(e->pd, bufb, 4 * BUF_SIZE, RC_ACCESS);
+	cqx = ibv_create_cq_ex(e->ctx, &ca);
+	cqa = ibv_create_cq(e->ctx, 16, NULL, NULL, 0);
+	if (!check(mra && mrb && cqx && cqa, "TM: buffers and CQs (an extended CQ with IBV_WC_EX_WITH_TM_INFO)"))
+		goto out;
+	cqb = ibv_cq_ex_to_cq(cqx);
+	sx.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+		       IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
+	sx.srq_type = IBV_SRQT_TM;
+	sx.pd = e->pd;
+	sx.cq = cqb;
+	sx.attr.max_wr = 16;
+	sx.attr.max_sge = 2;
+	sx.tm_cap.max_num_tags = 16;
+	sx.tm_cap.max_ops = 8;
+	srq = ibv_create_srq_ex(e->ctx, &sx);
+	if (!check(srq != NULL, "TM: ibv_create_srq_ex(IBV_SRQT_TM) with a CQ"))
+		goto out;
+	ia = (struct ibv_qp_init_attr){ .send_cq = cqa, .recv_cq = cqa, .qp_type = IBV_QPT_RC,
+					.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 2,
+						 .max_recv_sge = 2 } };
+	qa = ibv_create_qp(e->pd, &ia);
+	ia = (struct ibv_qp_init_attr){ .send_cq = cqb, .recv_cq = cqb, .srq = srq,
+					.qp_type = IBV_QPT_RC,
+					.cap = { .max_send_wr = 8, .max_send_sge = 2 } };
+	qb = ibv_create_qp(e->pd, &ia);
+	if (!check(qa && qb, "TM: a sender QP and a receiver QP on the TM-SRQ"))
+		goto out;
+	if (!check(!qp_to_init(qa, RC_ACCESS) && !qp_to_init(qb, RC_ACCESS) &&
+			   !qp_to_rtr(qa, qb->qp_num, &e->gid) && !qp_to_rtr(qb, qa->qp_num, &e->gid) &&
+			   !qp_to_rts(qa) && !qp_to_rts(qb),
+		   "TM: the two QPs connected to each other"))
+		goto out;
+
+	/* EAGER: the tagged buffer receives the payload without the TMH. */
+	memset(&op, 0, sizeof(op));
+	op.wr_id = 1;
+	op.opcode = IBV_WR_TAG_ADD;
+	rsge = (struct ibv_sge){ (uintptr_t)bufb, 256, mrb->lkey };
+	op.tm.add.recv_wr_id = 0x42;
+	op.tm.add.sg_list = &rsge;
+	op.tm.add.num_sge = 1;
+	op.tm.add.tag = 0x1234;
+	op.tm.add.mask = ~0ULL;
+	check_ret(ibv_post_srq_ops(srq, &op, &obad), 0, "TM: TAG_ADD tag 0x1234 (unsignaled)");
+	memset(&tmh, 0, sizeof(tmh));
+	tmh.opcode = IBV_TMH_EAGER;
+	tmh.app_ctx = htobe32(7);
+	tmh.tag = htobe64(0x1234);
+	memcpy(bufa, &tmh, sizeof(tmh));
+	memcpy(bufa + 64, eager, sizeof(eager));
+	sge[0] = (struct ibv_sge){ (uintptr_t)bufa, sizeof(tmh), mra->lkey };
+	sge[1] = (struct ibv_sge){ (uintptr_t)bufa + 64, sizeof(eager), mra->lkey };
+	swr = (struct ibv_send_wr){ .wr_id = 2, .sg_list = sge, .num_sge = 2,
+				    .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	check_ret(ibv_post_send(qa, &swr, &sbad), 0, "TM: post an EAGER SEND (TMH + payload)");
+	got = poll_tm(cqx, &wc, &tm);
+	check(got && wc.status == IBV_WC_SUCCESS &&
+		      wc.opcode == IBV_WC_TM_RECV && wc.wr_id == 0x42 &&
+		      (wc.wc_flags & (IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID)) ==
+			      (IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID) &&
+		      wc.byte_len == sizeof(eager) && tm.tag == 0x1234,
+	      "TM: the EAGER message completes as IBV_WC_TM_RECV, MATCH|DATA_VALID, its "
+	      "recv_wr_id, byte_len %u, tag %#" PRIx64 " (opcode %d, flags %#x)",
+	      wc.byte_len, (uint64_t)tm.tag, wc.opcode, wc.wc_flags);
+	check(!memcmp(bufb, eager, sizeof(eager)), "TM: the tagged buffer holds the payload");
+	check(poll_n(cqa, &wc, 1) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 2,
+	      "TM: the sender's SEND completes");
+
+	/* NO_TAG: an ordinary SRQ receive gets the whole message. */
+	rsge = (struct ibv_sge){ (uintptr_t)bufb + 1024, 256, mrb->lkey };
+	rwr = (struct ibv_recv_wr){ .wr_id = 0x50, .sg_list = &rsge, .num_sge = 1 };
+	check_ret(ibv_post_srq_recv(srq, &rwr, &rbad), 0, "TM: post an ordinary SRQ receive");
+	tmh.opcode = IBV_TMH_NO_TAG;
+	memcpy(bufa, &tmh, sizeof(tmh));
+	swr.wr_id = 3;
+	check_ret(ibv_post_send(qa, &swr, &sbad), 0, "TM: post a NO_TAG SEND");
+	got = poll_tm(cqx, &wc, &tm);
+	check(got && wc.status == IBV_WC_SUCCESS &&
+		      wc.opcode == IBV_WC_TM_NO_TAG && wc.wr_id == 0x50 &&
+		      wc.byte_len == sizeof(tmh) + sizeof(eager),
+	      "TM: the NO_TAG message completes as IBV_WC_TM_NO_TAG in the SRQ buffer, "
+	      "TMH included (byte_len %u, opcode %d)", wc.byte_len, wc.opcode);
+	check(!memcmp(bufb + 1024 + sizeof(tmh), eager, sizeof(eager)),
+	      "TM: the ordinary buffer holds the TMH and the payload");
+	check(poll_n(cqa, &wc, 1) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 3,
+	      "TM: the NO_TAG SEND completes");
+
+	/* Rendezvous: B READs A's 6000 bytes into the tagged buffer, then
+	 * sends A a FIN naming the tag. */
+	for (i = 0; i < 6000; i++)
+		bufa[BUF_SIZE + i] = (char)(i * 13);
+	rsge = (struct ibv_sge){ (uintptr_t)bufa + 3 * BUF_SIZE, 64, mra->lkey };
+	rwr = (struct ibv_recv_wr){ .wr_id = 0x60, .sg_list = &rsge, .num_sge = 1 };
+	check_ret(ibv_post_recv(qa, &rwr, &rbad), 0, "TM: the sender posts a receive for the FIN");
+	memset(&op, 0, sizeof(op));
+	op.opcode = IBV_WR_TAG_ADD;
+	rsge = (struct ibv_sge){ (uintptr_t)bufb + BUF_SIZE, 8192, mrb->lkey };
+	op.tm.add.recv_wr_id = 0x43;
+	op.tm.add.sg_list = &rsge;
+	op.tm.add.num_sge = 1;
+	op.tm.add.tag = 0x5678;
+	op.tm.add.mask = ~0ULL;
+	check_ret(ibv_post_srq_ops(srq, &op, &obad), 0, "TM: TAG_ADD tag 0x5678, 8 KiB");
+	tmh.opcode = IBV_TMH_RNDV;
+	tmh.app_ctx = htobe32(9);
+	tmh.tag = htobe64(0x5678);
+	rvh.va = htobe64((uintptr_t)bufa + BUF_SIZE);
+	rvh.rkey = htobe32(mra->rkey);
+	rvh.len = htobe32(6000);
+	memcpy(bufa, &tmh, sizeof(tmh));
+	memcpy(bufa + sizeof(tmh), &rvh, sizeof(rvh));
+	sge[0] = (struct ibv_sge){ (uintptr_t)bufa, sizeof(tmh) + sizeof(rvh), mra->lkey };
+	swr = (struct ibv_send_wr){ .wr_id = 4, .sg_list = sge, .num_sge = 1,
+				    .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	check_ret(ibv_post_send(qa, &swr, &sbad), 0, "TM: post a rendezvous SEND (TMH + RVH)");
+	got = poll_tm(cqx, &wc, &tm);
+	check(got && wc.status == IBV_WC_SUCCESS &&
+		      wc.opcode == IBV_WC_TM_RECV && wc.wr_id == 0x43 &&
+		      (wc.wc_flags & IBV_WC_TM_MATCH) && !(wc.wc_flags & IBV_WC_TM_DATA_VALID) &&
+		      tm.tag == 0x5678,
+	      "TM: the rendezvous matches: IBV_WC_TM_RECV with MATCH (flags %#x)", wc.wc_flags);
+	got = poll_tm(cqx, &wc, &tm);
+	check(got && wc.status == IBV_WC_SUCCESS &&
+		      wc.opcode == IBV_WC_TM_RECV && wc.wr_id == 0x43 &&
+		      (wc.wc_flags & IBV_WC_TM_DATA_VALID) && wc.byte_len == 6000,
+	      "TM: the READ completes it: IBV_WC_TM_RECV with DATA_VALID, byte_len %u",
+	      wc.byte_len);
+	check(!memcmp(bufb + BUF_SIZE, bufa + BUF_SIZE, 6000),
+	      "TM: the tagged buffer holds the sender's 6000 bytes");
+	for (i = 0; i < 2; i++) {
+		if (poll_n(cqa, &wc, 1) != 1)
+			break;
+		if (wc.opcode == IBV_WC_RECV) {
+			memcpy(&tmh, bufa + 3 * BUF_SIZE, sizeof(tmh));
+			check(wc.status == IBV_WC_SUCCESS && wc.wr_id == 0x60 &&
+				      tmh.opcode == IBV_TMH_FIN && be64toh(tmh.tag) == 0x5678 &&
+				      be32toh(tmh.app_ctx) == 9,
+			      "TM: the sender receives a FIN with the tag and app_ctx");
+		} else {
+			check(wc.status == IBV_WC_SUCCESS && wc.wr_id == 4,
+			      "TM: the rendezvous SEND completes");
+		}
+	}
+	check_int(i, 2, "TM: the sender saw its SEND complete and the FIN arrive");
+out:
+	if (qa)
+		ibv_destroy_qp(qa);
+	if (qb)
+		ibv_destroy_qp(qb);
+	if (srq)
+		ibv_destroy_srq(srq);
+	if (cqx)
+		ibv_destroy_cq(ibv_cq_ex_to_cq(cqx));
+	if (cqa)
+		ibv_destroy_cq(cqa);
+	if (mra)
+		ibv_dereg_mr(mra);
+	if (mrb)
+		ibv_dereg_mr(mrb);
+	free(bufa);
+	free(bufb);
+}
+
 static void test_rc(struct env *e)
 {
 	struct rc rc = { .e = e };
@@ -2288,6 +2513,7 @@ int main(void)
 	test_srq(&e);
 	test_qp_create(&e);
 	test_rc(&e);
+	test_tm_data(&e);
 	{
 		/* an RC QP for the multicast check */
 		struct ibv_cq *cq = ibv_create_cq(e.ctx, 4, NULL, NULL, 0);
