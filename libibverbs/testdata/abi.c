@@ -2457,6 +2457,30 @@ static void test_hidden_versions(void)
 	check(found == sizeof(v10) / sizeof(v10[0]),
 	      "dlvsym finds %zu names in both IBVERBS_1.0 and IBVERBS_1.1, distinct", found);
 
+	/* Each pre-1.1 entry fails cleanly: errno ENOSYS, nothing returned
+	 * (the void ones just return). Called with NULL arguments, which the
+	 * stubs never touch. */
+	found = 0;
+	for (i = 0; i < sizeof(v10) / sizeof(v10[0]); i++) {
+		long (*f)(void *, void *, void *, void *, void *) =
+			(long (*)(void *, void *, void *, void *, void *))dlvsym(
+				RTLD_DEFAULT, v10[i], "IBVERBS_1.0");
+		bool is_void = !strcmp(v10[i], "ibv_ack_async_event") ||
+			       !strcmp(v10[i], "ibv_ack_cq_events") ||
+			       !strcmp(v10[i], "ibv_free_device_list");
+
+		if (!f)
+			continue;
+		errno = 0;
+		f(NULL, NULL, NULL, NULL, NULL);
+		if (is_void || errno == ENOSYS)
+			found++;
+		else
+			diag("  %s@IBVERBS_1.0: errno %s", v10[i], errname(errno));
+	}
+	check(found == sizeof(v10) / sizeof(v10[0]),
+	      "each of the %zu pre-1.1 entries, called, fails cleanly with ENOSYS", found);
+
 	reg_driver = (void (*)(const char *, void *))dlvsym(RTLD_DEFAULT, "ibv_register_driver",
 							    "IBVERBS_1.1");
 	if (check(reg_driver != NULL, "dlvsym finds ibv_register_driver@IBVERBS_1.1")) {
