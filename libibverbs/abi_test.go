@@ -27,25 +27,49 @@ const abiAddr = "127.0.0.3"
 // too, and checks the results against rdma-core's documented behaviour
 // (TAP output, non-zero exit if a check fails).
 func TestABI(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "abi")
-	cc := exec.Command("gcc", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "abi.c"), "-libverbs")
-	out, err := cc.CombinedOutput()
-	require.NoError(t, err, "gcc testdata/abi.c:\n%s", out)
-
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	run := exec.CommandContext(ctx, bin)
-	run.Env = libEnv(abiAddr)
-	run.Dir = dir
-	out, err = run.CombinedOutput()
-	text := string(out)
-
+	text := runTAP(t, "abi.c", abiAddr)
 	// The program ran on softhca's library, not the system's.
 	require.Contains(t, text, "\n# device: softhca0\n", "the first device is not softhca0:\n%s", text)
 	require.Contains(t, text, "\n# library: "+filepath.Join(libDir, "libibverbs.so.1")+"\n",
 		"the program did not bind the library under test:\n%s", text)
+	t.Logf("abi output:\n%s", text)
+}
 
+// TestThreads runs testdata/threads.c on the library: threads that each
+// ping-pong on their own QPs of one device, two threads posting to one
+// QP while a third polls, and a thread creating and destroying objects
+// on the same PD all the while; every message is checked.
+func TestThreads(t *testing.T) {
+	text := runTAP(t, "threads.c", threadsAddr, "-pthread")
+	t.Logf("threads output:\n%s", text)
+}
+
+// threadsAddr is TestThreads' address (TestABI has 127.0.0.3).
+const threadsAddr = "127.0.0.4"
+
+// runTAP compiles testdata/src with gcc against the system's verbs.h,
+// runs it on the library with a device on addr, and fails the test with
+// the failed checks and the whole output unless it exits 0 after
+// printing its TAP plan. The program must have bound softhca's library.
+func runTAP(t *testing.T, src, addr string, cflags ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, strings.TrimSuffix(src, ".c"))
+	args := append([]string{"-Wall", "-Werror"}, cflags...)
+	args = append(args, "-o", bin, filepath.Join("testdata", src), "-libverbs")
+	out, err := exec.Command("gcc", args...).CombinedOutput()
+	require.NoError(t, err, "gcc testdata/%s:\n%s", src, out)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	run := exec.CommandContext(ctx, bin)
+	run.Env = libEnv(addr)
+	run.Dir = dir
+	out, err = run.CombinedOutput()
+	text := string(out)
+	if strings.Contains(text, "Bail out!") {
+		t.Fatalf("%s bailed out (did it bind softhca's library?):\n%s", src, text)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err() // killed: the last line shows where it hung
@@ -56,11 +80,11 @@ func TestABI(t *testing.T) {
 				failed = append(failed, l)
 			}
 		}
-		t.Fatalf("abi: %v\nfailed checks:\n%s\n\nfull output:\n%s", err,
+		t.Fatalf("%s: %v\nfailed checks:\n%s\n\nfull output:\n%s", src, err,
 			strings.Join(failed, "\n"), text)
 	}
 	require.Regexp(t, `(?m)^1\.\.\d+$`, text, "no TAP plan: the program stopped early")
-	t.Logf("abi output:\n%s", text)
+	return text
 }
 
 // realLibibverbs is rdma-core's library the symbol table is compared with.
