@@ -86,7 +86,8 @@ func setUD(v *verbs.SendWR, w *C.struct_ibv_send_wr) bool {
 }
 
 //export shca_go_post_send
-func shca_go_post_send(h C.shca_handle, wr *C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr) C.int {
+func shca_go_post_send(h C.shca_handle, wr *C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr) (ret C.int) {
+	defer guardInt("shca_go_post_send", &ret, C.int(syscall.EFAULT))
 	q := value[qpObj](h)
 	if q == nil {
 		*bad = wr
@@ -175,7 +176,8 @@ func postRecvList(rwr []verbs.RecvWR, cws []*C.struct_ibv_recv_wr, post func(*ve
 }
 
 //export shca_go_post_recv
-func shca_go_post_recv(h C.shca_handle, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) C.int {
+func shca_go_post_recv(h C.shca_handle, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) (ret C.int) {
+	defer guardInt("shca_go_post_recv", &ret, C.int(syscall.EFAULT))
 	q := value[qpObj](h)
 	if q == nil {
 		*bad = wr
@@ -195,7 +197,8 @@ func shca_go_post_recv(h C.shca_handle, wr *C.struct_ibv_recv_wr, bad **C.struct
 }
 
 //export shca_go_post_srq_recv
-func shca_go_post_srq_recv(h C.shca_handle, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) C.int {
+func shca_go_post_srq_recv(h C.shca_handle, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) (ret C.int) {
+	defer guardInt("shca_go_post_srq_recv", &ret, C.int(syscall.EFAULT))
 	s := value[srqObj](h)
 	if s == nil {
 		*bad = wr
@@ -215,7 +218,8 @@ func shca_go_post_srq_recv(h C.shca_handle, wr *C.struct_ibv_recv_wr, bad **C.st
 }
 
 //export shca_go_post_srq_ops
-func shca_go_post_srq_ops(h C.shca_handle, wr *C.struct_ibv_ops_wr, bad **C.struct_ibv_ops_wr) C.int {
+func shca_go_post_srq_ops(h C.shca_handle, wr *C.struct_ibv_ops_wr, bad **C.struct_ibv_ops_wr) (ret C.int) {
+	defer guardInt("shca_go_post_srq_ops", &ret, C.int(syscall.EFAULT))
 	s := value[srqObj](h)
 	if s == nil {
 		*bad = wr
@@ -282,7 +286,8 @@ func shca_go_post_srq_ops(h C.shca_handle, wr *C.struct_ibv_ops_wr, bad **C.stru
 // completion's tag-matching information too.
 //
 //export shca_go_poll_cq
-func shca_go_poll_cq(h C.shca_handle, n C.int, wc *C.struct_ibv_wc, tag *C.uint64_t, priv *C.uint32_t) C.int {
+func shca_go_poll_cq(h C.shca_handle, n C.int, wc *C.struct_ibv_wc, tag *C.uint64_t, priv *C.uint32_t) (ret C.int) {
+	defer guardInt("shca_go_poll_cq", &ret, -1)
 	c := value[cqObj](h)
 	if c == nil || n < 0 || (n > 0 && wc == nil) {
 		return -1

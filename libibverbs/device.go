@@ -57,7 +57,8 @@ type ctxObj struct {
 }
 
 //export shca_go_device
-func shca_go_device(name *C.char, size C.size_t, guid *C.uint64_t) C.int {
+func shca_go_device(name *C.char, size C.size_t, guid *C.uint64_t) (ret C.int) {
+	defer guardInt("shca_go_device", &ret, C.int(syscall.EFAULT))
 	configure()
 	if device.err != nil {
 		return errnoOf(device.err)
@@ -71,7 +72,8 @@ func shca_go_device(name *C.char, size C.size_t, guid *C.uint64_t) C.int {
 }
 
 //export shca_go_open
-func shca_go_open(errp *C.int) C.shca_handle {
+func shca_go_open(errp *C.int) (h C.shca_handle) {
+	defer guardHandle("shca_go_open", &h, errp)
 	configure()
 	if device.err != nil {
 		setErr(errp, device.err)
@@ -94,7 +96,8 @@ func shca_go_open(errp *C.int) C.shca_handle {
 }
 
 //export shca_go_close
-func shca_go_close(h C.shca_handle) C.int {
+func shca_go_close(h C.shca_handle) (ret C.int) {
+	defer guardInt("shca_go_close", &ret, C.int(syscall.EFAULT))
 	c := value[ctxObj](h)
 	if c == nil {
 		return C.int(syscall.EINVAL)
@@ -162,7 +165,8 @@ func fillDeviceAttr(a *C.struct_ibv_device_attr, v *verbs.DeviceAttr) {
 }
 
 //export shca_go_query_device
-func shca_go_query_device(h C.shca_handle, a *C.struct_ibv_device_attr) C.int {
+func shca_go_query_device(h C.shca_handle, a *C.struct_ibv_device_attr) (ret C.int) {
+	defer guardInt("shca_go_query_device", &ret, C.int(syscall.EFAULT))
 	c := value[ctxObj](h)
 	if c == nil || a == nil {
 		return C.int(syscall.EINVAL)
@@ -176,7 +180,8 @@ func shca_go_query_device(h C.shca_handle, a *C.struct_ibv_device_attr) C.int {
 // checked attr_size and zeroed the struct, and copies what fits.
 //
 //export shca_go_query_device_ex
-func shca_go_query_device_ex(h C.shca_handle, a *C.struct_ibv_device_attr_ex) C.int {
+func shca_go_query_device_ex(h C.shca_handle, a *C.struct_ibv_device_attr_ex) (ret C.int) {
+	defer guardInt("shca_go_query_device_ex", &ret, C.int(syscall.EFAULT))
 	c := value[ctxObj](h)
 	if c == nil || a == nil {
 		return C.int(syscall.EINVAL)
@@ -193,7 +198,8 @@ func shca_go_query_device_ex(h C.shca_handle, a *C.struct_ibv_device_attr_ex) C.
 }
 
 //export shca_go_query_port
-func shca_go_query_port(h C.shca_handle, port C.uint8_t, a *C.struct_ibv_port_attr) C.int {
+func shca_go_query_port(h C.shca_handle, port C.uint8_t, a *C.struct_ibv_port_attr) (ret C.int) {
+	defer guardInt("shca_go_query_port", &ret, C.int(syscall.EFAULT))
 	c := value[ctxObj](h)
 	if c == nil || a == nil {
 		return C.int(syscall.EINVAL)
@@ -227,7 +233,8 @@ func shca_go_query_port(h C.shca_handle, port C.uint8_t, a *C.struct_ibv_port_at
 }
 
 //export shca_go_query_gid
-func shca_go_query_gid(h C.shca_handle, port C.uint8_t, index C.int, gid *C.union_ibv_gid) C.int {
+func shca_go_query_gid(h C.shca_handle, port C.uint8_t, index C.int, gid *C.union_ibv_gid) (ret C.int) {
+	defer guardInt("shca_go_query_gid", &ret, C.int(syscall.EFAULT))
 	c := value[ctxObj](h)
 	if c == nil || gid == nil {
 		return C.int(syscall.EINVAL)
@@ -245,7 +252,8 @@ func shca_go_query_gid(h C.shca_handle, port C.uint8_t, index C.int, gid *C.unio
 // entry); ENODATA when it does not, as _ibv_query_gid_ex says.
 //
 //export shca_go_gid_in_use
-func shca_go_gid_in_use(h C.shca_handle, port C.uint8_t, index C.int) C.int {
+func shca_go_gid_in_use(h C.shca_handle, port C.uint8_t, index C.int) (ret C.int) {
+	defer guardInt("shca_go_gid_in_use", &ret, C.int(syscall.EFAULT))
 	c := value[ctxObj](h)
 	if c == nil {
 		return C.int(syscall.EINVAL)
@@ -261,7 +269,8 @@ func shca_go_gid_in_use(h C.shca_handle, port C.uint8_t, index C.int) C.int {
 }
 
 //export shca_go_query_pkey
-func shca_go_query_pkey(h C.shca_handle, port C.uint8_t, index C.int, pkey *C.__be16) C.int {
+func shca_go_query_pkey(h C.shca_handle, port C.uint8_t, index C.int, pkey *C.__be16) (ret C.int) {
+	defer guardInt("shca_go_query_pkey", &ret, C.int(syscall.EFAULT))
 	c := value[ctxObj](h)
 	if c == nil || pkey == nil {
 		return C.int(syscall.EINVAL)
@@ -275,7 +284,8 @@ func shca_go_query_pkey(h C.shca_handle, port C.uint8_t, index C.int, pkey *C.__
 }
 
 //export shca_go_async_fd
-func shca_go_async_fd(h C.shca_handle) C.int {
+func shca_go_async_fd(h C.shca_handle) (ret C.int) {
+	defer guardInt("shca_go_async_fd", &ret, -1)
 	c := value[ctxObj](h)
 	if c == nil {
 		return -1

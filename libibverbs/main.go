@@ -37,7 +37,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"runtime/cgo"
 	"syscall"
 	"unsafe"
 )
@@ -91,24 +90,17 @@ func logf(format string, args ...any) {
 }
 
 // newHandle returns a handle for v, as C stores it.
-func newHandle(v any) C.shca_handle { return C.shca_handle(cgo.NewHandle(v)) }
+func newHandle(v any) C.shca_handle { return C.shca_handle(handles.add(v)) }
 
-// value returns the Go half a handle names, nil for 0 or a handle of
-// another type.
+// value returns the Go half a handle names, nil for 0, a destroyed
+// object's handle or a handle of another type.
 func value[T any](h C.shca_handle) *T {
-	if h == 0 {
-		return nil
-	}
-	v, _ := cgo.Handle(h).Value().(*T)
+	v, _ := handles.get(uintptr(h)).(*T)
 	return v
 }
 
-// release frees a handle (the object was destroyed).
-func release(h C.shca_handle) {
-	if h != 0 {
-		cgo.Handle(h).Delete()
-	}
-}
+// release forgets a handle (the object was destroyed).
+func release(h C.shca_handle) { handles.del(uintptr(h)) }
 
 // cbytes views n bytes of C memory at p.
 func cbytes(p unsafe.Pointer, n int) []byte {
@@ -124,3 +116,38 @@ func setErr(p *C.int, err error) {
 		*p = fail(err)
 	}
 }
+
+// The exports' guards: a Go panic under a verb (a bad pointer from the
+// application, or a bug here) must not take the application down with a
+// Go stack trace. The verb fails instead, and one line on stderr says
+// which and why. Each export defers one.
+
+// recovered reports a recovered panic of op, if any.
+func recovered(op string, r any) bool {
+	if r == nil {
+		return false
+	}
+	fmt.Fprintf(os.Stderr, "softhca: %s: internal error: %v\n", op, r)
+	return true
+}
+
+// guardInt makes a panicking export return fail.
+func guardInt(op string, ret *C.int, fail C.int) {
+	if recovered(op, recover()) {
+		*ret = fail
+	}
+}
+
+// guardHandle makes a panicking constructor return no object, errno
+// EFAULT.
+func guardHandle(op string, h *C.shca_handle, errp *C.int) {
+	if recovered(op, recover()) {
+		*h = 0
+		if errp != nil {
+			*errp = C.int(syscall.EFAULT)
+		}
+	}
+}
+
+// guard recovers a panicking export that returns nothing to check.
+func guard(op string) { recovered(op, recover()) }

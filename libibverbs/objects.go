@@ -56,7 +56,8 @@ type qpObj struct {
 }
 
 //export shca_go_alloc_pd
-func shca_go_alloc_pd(ch C.shca_handle, errp *C.int) C.shca_handle {
+func shca_go_alloc_pd(ch C.shca_handle, errp *C.int) (h C.shca_handle) {
+	defer guardHandle("shca_go_alloc_pd", &h, errp)
 	c := value[ctxObj](ch)
 	if c == nil {
 		setErr(errp, syscall.EINVAL)
@@ -71,7 +72,8 @@ func shca_go_alloc_pd(ch C.shca_handle, errp *C.int) C.shca_handle {
 }
 
 //export shca_go_pd_handle
-func shca_go_pd_handle(h C.shca_handle) C.uint32_t {
+func shca_go_pd_handle(h C.shca_handle) (ret C.uint32_t) {
+	defer guard("shca_go_pd_handle")
 	if p := value[pdObj](h); p != nil {
 		return C.uint32_t(p.p.Handle())
 	}
@@ -79,7 +81,8 @@ func shca_go_pd_handle(h C.shca_handle) C.uint32_t {
 }
 
 //export shca_go_dealloc_pd
-func shca_go_dealloc_pd(h C.shca_handle) C.int {
+func shca_go_dealloc_pd(h C.shca_handle) (ret C.int) {
+	defer guardInt("shca_go_dealloc_pd", &ret, C.int(syscall.EFAULT))
 	p := value[pdObj](h)
 	if p == nil {
 		return C.int(syscall.EINVAL)
@@ -92,7 +95,8 @@ func shca_go_dealloc_pd(h C.shca_handle) C.int {
 }
 
 //export shca_go_reg_mr
-func shca_go_reg_mr(pdh C.shca_handle, addr unsafe.Pointer, length C.size_t, iova C.uint64_t, access C.int, lkey, rkey *C.uint32_t, errp *C.int) C.shca_handle {
+func shca_go_reg_mr(pdh C.shca_handle, addr unsafe.Pointer, length C.size_t, iova C.uint64_t, access C.int, lkey, rkey *C.uint32_t, errp *C.int) (h C.shca_handle) {
+	defer guardHandle("shca_go_reg_mr", &h, errp)
 	p := value[pdObj](pdh)
 	switch {
 	case p == nil:
@@ -115,7 +119,8 @@ func shca_go_reg_mr(pdh C.shca_handle, addr unsafe.Pointer, length C.size_t, iov
 }
 
 //export shca_go_dereg_mr
-func shca_go_dereg_mr(h C.shca_handle) C.int {
+func shca_go_dereg_mr(h C.shca_handle) (ret C.int) {
+	defer guardInt("shca_go_dereg_mr", &ret, C.int(syscall.EFAULT))
 	m := value[mrObj](h)
 	if m == nil {
 		return C.int(syscall.EINVAL)
@@ -128,7 +133,8 @@ func shca_go_dereg_mr(h C.shca_handle) C.int {
 }
 
 //export shca_go_create_channel
-func shca_go_create_channel(ch C.shca_handle, fd *C.int, errp *C.int) C.shca_handle {
+func shca_go_create_channel(ch C.shca_handle, fd *C.int, errp *C.int) (h C.shca_handle) {
+	defer guardHandle("shca_go_create_channel", &h, errp)
 	c := value[ctxObj](ch)
 	if c == nil {
 		setErr(errp, syscall.EINVAL)
@@ -144,7 +150,8 @@ func shca_go_create_channel(ch C.shca_handle, fd *C.int, errp *C.int) C.shca_han
 }
 
 //export shca_go_destroy_channel
-func shca_go_destroy_channel(h C.shca_handle) C.int {
+func shca_go_destroy_channel(h C.shca_handle) (ret C.int) {
+	defer guardInt("shca_go_destroy_channel", &ret, C.int(syscall.EFAULT))
 	c := value[chanObj](h)
 	if c == nil {
 		return C.int(syscall.EINVAL)
@@ -161,7 +168,8 @@ func shca_go_destroy_channel(h C.shca_handle) C.int {
 // returns the C wrapper of its CQ.
 //
 //export shca_go_get_cq_event
-func shca_go_get_cq_event(h C.shca_handle, nonblock C.int, cq *unsafe.Pointer) C.int {
+func shca_go_get_cq_event(h C.shca_handle, nonblock C.int, cq *unsafe.Pointer) (ret C.int) {
+	defer guardInt("shca_go_get_cq_event", &ret, C.int(syscall.EFAULT))
 	c := value[chanObj](h)
 	if c == nil {
 		return C.int(syscall.EINVAL)
@@ -185,7 +193,8 @@ func cptr(v any) unsafe.Pointer {
 }
 
 //export shca_go_create_cq
-func shca_go_create_cq(ch C.shca_handle, cqe C.int, chanh C.shca_handle, wrapper unsafe.Pointer, vector C.int, actual *C.int, errp *C.int) C.shca_handle {
+func shca_go_create_cq(ch C.shca_handle, cqe C.int, chanh C.shca_handle, wrapper unsafe.Pointer, vector C.int, actual *C.int, errp *C.int) (h C.shca_handle) {
+	defer guardHandle("shca_go_create_cq", &h, errp)
 	c := value[ctxObj](ch)
 	if c == nil {
 		setErr(errp, syscall.EINVAL)
@@ -210,7 +219,8 @@ func shca_go_create_cq(ch C.shca_handle, cqe C.int, chanh C.shca_handle, wrapper
 }
 
 //export shca_go_destroy_cq
-func shca_go_destroy_cq(h C.shca_handle) C.int {
+func shca_go_destroy_cq(h C.shca_handle) (ret C.int) {
+	defer guardInt("shca_go_destroy_cq", &ret, C.int(syscall.EFAULT))
 	c := value[cqObj](h)
 	if c == nil {
 		return C.int(syscall.EINVAL)
@@ -223,7 +233,8 @@ func shca_go_destroy_cq(h C.shca_handle) C.int {
 }
 
 //export shca_go_resize_cq
-func shca_go_resize_cq(h C.shca_handle, cqe C.int, actual *C.int) C.int {
+func shca_go_resize_cq(h C.shca_handle, cqe C.int, actual *C.int) (ret C.int) {
+	defer guardInt("shca_go_resize_cq", &ret, C.int(syscall.EFAULT))
 	c := value[cqObj](h)
 	if c == nil {
 		return C.int(syscall.EINVAL)
@@ -237,13 +248,15 @@ func shca_go_resize_cq(h C.shca_handle, cqe C.int, actual *C.int) C.int {
 
 //export shca_go_ack_cq_events
 func shca_go_ack_cq_events(h C.shca_handle, n C.uint) {
+	defer guard("shca_go_ack_cq_events")
 	if c := value[cqObj](h); c != nil {
 		c.c.AckEvents(int(n))
 	}
 }
 
 //export shca_go_req_notify_cq
-func shca_go_req_notify_cq(h C.shca_handle, solicited C.int) C.int {
+func shca_go_req_notify_cq(h C.shca_handle, solicited C.int) (ret C.int) {
+	defer guardInt("shca_go_req_notify_cq", &ret, C.int(syscall.EFAULT))
 	c := value[cqObj](h)
 	if c == nil {
 		return C.int(syscall.EINVAL)
@@ -252,7 +265,8 @@ func shca_go_req_notify_cq(h C.shca_handle, solicited C.int) C.int {
 }
 
 //export shca_go_create_ah
-func shca_go_create_ah(pdh C.shca_handle, attr *C.struct_ibv_ah_attr, errp *C.int) C.shca_handle {
+func shca_go_create_ah(pdh C.shca_handle, attr *C.struct_ibv_ah_attr, errp *C.int) (h C.shca_handle) {
+	defer guardHandle("shca_go_create_ah", &h, errp)
 	p := value[pdObj](pdh)
 	if p == nil || attr == nil {
 		setErr(errp, syscall.EINVAL)
@@ -267,7 +281,8 @@ func shca_go_create_ah(pdh C.shca_handle, attr *C.struct_ibv_ah_attr, errp *C.in
 }
 
 //export shca_go_destroy_ah
-func shca_go_destroy_ah(h C.shca_handle) C.int {
+func shca_go_destroy_ah(h C.shca_handle) (ret C.int) {
+	defer guardInt("shca_go_destroy_ah", &ret, C.int(syscall.EFAULT))
 	a := value[ahObj](h)
 	if a == nil {
 		return C.int(syscall.EINVAL)
@@ -315,7 +330,8 @@ func ahAttrToC(v *verbs.AHAttr, a *C.struct_ibv_ah_attr) {
 }
 
 //export shca_go_create_srq
-func shca_go_create_srq(pdh, cqh C.shca_handle, wrapper unsafe.Pointer, attr *C.struct_ibv_srq_attr, tm C.int, maxTags, maxOps C.uint32_t, errp *C.int) C.shca_handle {
+func shca_go_create_srq(pdh, cqh C.shca_handle, wrapper unsafe.Pointer, attr *C.struct_ibv_srq_attr, tm C.int, maxTags, maxOps C.uint32_t, errp *C.int) (h C.shca_handle) {
+	defer guardHandle("shca_go_create_srq", &h, errp)
 	p := value[pdObj](pdh)
 	if p == nil || attr == nil {
 		setErr(errp, syscall.EINVAL)
@@ -347,7 +363,8 @@ func shca_go_create_srq(pdh, cqh C.shca_handle, wrapper unsafe.Pointer, attr *C.
 }
 
 //export shca_go_destroy_srq
-func shca_go_destroy_srq(h C.shca_handle) C.int {
+func shca_go_destroy_srq(h C.shca_handle) (ret C.int) {
+	defer guardInt("shca_go_destroy_srq", &ret, C.int(syscall.EFAULT))
 	s := value[srqObj](h)
 	if s == nil {
 		return C.int(syscall.EINVAL)
@@ -360,7 +377,8 @@ func shca_go_destroy_srq(h C.shca_handle) C.int {
 }
 
 //export shca_go_modify_srq
-func shca_go_modify_srq(h C.shca_handle, attr *C.struct_ibv_srq_attr, mask C.int) C.int {
+func shca_go_modify_srq(h C.shca_handle, attr *C.struct_ibv_srq_attr, mask C.int) (ret C.int) {
+	defer guardInt("shca_go_modify_srq", &ret, C.int(syscall.EFAULT))
 	s := value[srqObj](h)
 	if s == nil || attr == nil {
 		return C.int(syscall.EINVAL)
@@ -370,7 +388,8 @@ func shca_go_modify_srq(h C.shca_handle, attr *C.struct_ibv_srq_attr, mask C.int
 }
 
 //export shca_go_query_srq
-func shca_go_query_srq(h C.shca_handle, attr *C.struct_ibv_srq_attr) C.int {
+func shca_go_query_srq(h C.shca_handle, attr *C.struct_ibv_srq_attr) (ret C.int) {
+	defer guardInt("shca_go_query_srq", &ret, C.int(syscall.EFAULT))
 	s := value[srqObj](h)
 	if s == nil || attr == nil {
 		return C.int(syscall.EINVAL)
@@ -381,7 +400,8 @@ func shca_go_query_srq(h C.shca_handle, attr *C.struct_ibv_srq_attr) C.int {
 }
 
 //export shca_go_create_qp
-func shca_go_create_qp(pdh, scqh, rcqh, srqh C.shca_handle, wrapper unsafe.Pointer, init *C.struct_ibv_qp_init_attr_ex, qpn *C.uint32_t, errp *C.int) C.shca_handle {
+func shca_go_create_qp(pdh, scqh, rcqh, srqh C.shca_handle, wrapper unsafe.Pointer, init *C.struct_ibv_qp_init_attr_ex, qpn *C.uint32_t, errp *C.int) (h C.shca_handle) {
+	defer guardHandle("shca_go_create_qp", &h, errp)
 	p := value[pdObj](pdh)
 	scq, rcq := value[cqObj](scqh), value[cqObj](rcqh)
 	if p == nil || init == nil || scq == nil || rcq == nil {
@@ -426,7 +446,8 @@ func shca_go_create_qp(pdh, scqh, rcqh, srqh C.shca_handle, wrapper unsafe.Point
 }
 
 //export shca_go_destroy_qp
-func shca_go_destroy_qp(h C.shca_handle) C.int {
+func shca_go_destroy_qp(h C.shca_handle) (ret C.int) {
+	defer guardInt("shca_go_destroy_qp", &ret, C.int(syscall.EFAULT))
 	q := value[qpObj](h)
 	if q == nil {
 		return C.int(syscall.EINVAL)
@@ -439,7 +460,8 @@ func shca_go_destroy_qp(h C.shca_handle) C.int {
 }
 
 //export shca_go_modify_qp
-func shca_go_modify_qp(h C.shca_handle, attr *C.struct_ibv_qp_attr, mask C.int, state *C.int) C.int {
+func shca_go_modify_qp(h C.shca_handle, attr *C.struct_ibv_qp_attr, mask C.int, state *C.int) (ret C.int) {
+	defer guardInt("shca_go_modify_qp", &ret, C.int(syscall.EFAULT))
 	q := value[qpObj](h)
 	if q == nil || attr == nil {
 		return C.int(syscall.EINVAL)
@@ -453,7 +475,8 @@ func shca_go_modify_qp(h C.shca_handle, attr *C.struct_ibv_qp_attr, mask C.int, 
 }
 
 //export shca_go_query_qp
-func shca_go_query_qp(h C.shca_handle, attr *C.struct_ibv_qp_attr, init *C.struct_ibv_qp_init_attr, state *C.int) C.int {
+func shca_go_query_qp(h C.shca_handle, attr *C.struct_ibv_qp_attr, init *C.struct_ibv_qp_init_attr, state *C.int) (ret C.int) {
+	defer guardInt("shca_go_query_qp", &ret, C.int(syscall.EFAULT))
 	q := value[qpObj](h)
 	if q == nil || attr == nil || init == nil {
 		return C.int(syscall.EINVAL)
@@ -549,7 +572,8 @@ func b2u8(b bool) C.uint8_t {
 }
 
 //export shca_go_attach_mcast
-func shca_go_attach_mcast(h C.shca_handle, gid *C.union_ibv_gid, lid C.uint16_t, attach C.int) C.int {
+func shca_go_attach_mcast(h C.shca_handle, gid *C.union_ibv_gid, lid C.uint16_t, attach C.int) (ret C.int) {
+	defer guardInt("shca_go_attach_mcast", &ret, C.int(syscall.EFAULT))
 	q := value[qpObj](h)
 	if q == nil || gid == nil {
 		return C.int(syscall.EINVAL)
@@ -565,7 +589,8 @@ func shca_go_attach_mcast(h C.shca_handle, gid *C.union_ibv_gid, lid C.uint16_t,
 // and the C wrapper of its object or its port.
 //
 //export shca_go_get_async_event
-func shca_go_get_async_event(h C.shca_handle, nonblock C.int, typ *C.int, obj *unsafe.Pointer, port *C.int) C.int {
+func shca_go_get_async_event(h C.shca_handle, nonblock C.int, typ *C.int, obj *unsafe.Pointer, port *C.int) (ret C.int) {
+	defer guardInt("shca_go_get_async_event", &ret, C.int(syscall.EFAULT))
 	c := value[ctxObj](h)
 	if c == nil {
 		return C.int(syscall.EINVAL)
@@ -601,6 +626,7 @@ var asyncEvents = struct {
 
 //export shca_go_ack_async_event
 func shca_go_ack_async_event(h C.shca_handle, obj unsafe.Pointer) {
+	defer guard("shca_go_ack_async_event")
 	c := value[ctxObj](h)
 	if c == nil || obj == nil {
 		return

@@ -192,8 +192,10 @@ static int shca_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 	struct ibv_send_wr *bad = NULL;
 	int err = shca_go_post_send(QP(qp)->h, wr, &bad);
 
-	if (bad_wr)
-		*bad_wr = bad;
+	/* Set only on failure, as providers do; a failure that names no
+	 * request (an internal error) names the first. */
+	if (err && bad_wr)
+		*bad_wr = bad ? bad : wr;
 	return err;
 }
 
@@ -203,8 +205,10 @@ static int shca_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 	struct ibv_recv_wr *bad = NULL;
 	int err = shca_go_post_recv(QP(qp)->h, wr, &bad);
 
-	if (bad_wr)
-		*bad_wr = bad;
+	/* Set only on failure, as providers do; a failure that names no
+	 * request (an internal error) names the first. */
+	if (err && bad_wr)
+		*bad_wr = bad ? bad : wr;
 	return err;
 }
 
@@ -214,8 +218,10 @@ static int shca_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 	struct ibv_recv_wr *bad = NULL;
 	int err = shca_go_post_srq_recv(SRQ(srq)->h, wr, &bad);
 
-	if (bad_wr)
-		*bad_wr = bad;
+	/* Set only on failure, as providers do; a failure that names no
+	 * request (an internal error) names the first. */
+	if (err && bad_wr)
+		*bad_wr = bad ? bad : wr;
 	return err;
 }
 
@@ -225,8 +231,10 @@ static int shca_post_srq_ops(struct ibv_srq *srq, struct ibv_ops_wr *wr,
 	struct ibv_ops_wr *bad = NULL;
 	int err = shca_go_post_srq_ops(SRQ(srq)->h, wr, &bad);
 
-	if (bad_wr)
-		*bad_wr = bad;
+	/* Set only on failure, as providers do; a failure that names no
+	 * request (an internal error) names the first. */
+	if (err && bad_wr)
+		*bad_wr = bad ? bad : wr;
 	return err;
 }
 

@@ -1,8 +1,8 @@
 /*
  * The C half of softhca's drop-in libibverbs.so.1: the objects the
  * application sees. Each wraps the struct verbs.h defines (first, so that
- * the application's pointer is the wrapper's) and the cgo.Handle of its
- * Go half, through which shim.c calls the engine.
+ * the application's pointer is the wrapper's) and the handle of its Go
+ * half (handles.go), through which shim.c calls the engine.
  */
 #ifndef SHCA_SHIM_H
 #define SHCA_SHIM_H

@@ -2325,6 +2325,44 @@ static void test_resolve(struct env *e)
  * rdma-core dereferences these and crashes; softhca's library fails
  * cleanly. Checked: the call returns, and reports a failure.
  */
+/* test_wild_pointers: a request list with a wild scatter/gather pointer
+ * makes the library's Go half fault; the verb fails (EFAULT) and the
+ * process lives, where rdma-core would crash. The QP, its neighbour and
+ * the CQ keep working afterwards. */
+static void test_wild_pointers(struct env *e)
+{
+	struct ibv_cq *cq = ibv_create_cq(e->ctx, 8, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC,
+				       .cap = { .max_send_wr = 4, .max_recv_wr = 4,
+						.max_send_sge = 1, .max_recv_sge = 1 } };
+	struct ibv_sge *wild = (struct ibv_sge *)(uintptr_t)0x10;
+	struct ibv_send_wr swr = { .wr_id = 1, .sg_list = wild, .num_sge = 1,
+				   .opcode = IBV_WR_SEND }, *sbad = NULL;
+	struct ibv_recv_wr rwr = { .wr_id = 2, .sg_list = wild, .num_sge = 1 }, *rbad = NULL;
+	struct ibv_wc wc;
+	struct ibv_qp *qp;
+	int r;
+
+	ia.send_cq = ia.recv_cq = cq;
+	qp = cq ? ibv_create_qp(e->pd, &ia) : NULL;
+	if (!check(qp != NULL, "a QP for the wild-pointer posts"))
+		goto out;
+	r = ibv_post_send(qp, &swr, &sbad);
+	check(r == EFAULT && sbad == &swr,
+	      "ibv_post_send with sg_list %p fails with EFAULT and bad_wr set, the process lives (%s)",
+	      (void *)wild, errname(r));
+	r = ibv_post_recv(qp, &rwr, &rbad);
+	check(r == EFAULT, "ibv_post_recv with sg_list %p fails with EFAULT (%s)", (void *)wild,
+	      errname(r));
+	check(ibv_poll_cq(cq, 1, &wc) == 0, "the CQ still answers, empty");
+	check_ret(qp_to_init(qp, RC_ACCESS), 0, "the QP still moves to INIT");
+out:
+	if (qp)
+		ibv_destroy_qp(qp);
+	if (cq)
+		ibv_destroy_cq(cq);
+}
+
 static void test_null_args(struct env *e)
 {
 	struct ibv_device_attr da;
@@ -2556,6 +2594,7 @@ int main(void)
 	test_import(&e);
 	test_copies();
 	test_null_args(&e);
+	test_wild_pointers(&e);
 	test_hidden_versions();
 
 	check_ret(ibv_dealloc_pd(e.pd), 0, "ibv_dealloc_pd once everything on it is gone");
