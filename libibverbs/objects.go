@@ -31,9 +31,10 @@ type chanObj struct{ ch *hca.CompChannel }
 type ahObj struct{ a *hca.AH }
 
 type cqObj struct {
-	c   *hca.CQ
-	mu  sync.Mutex
-	wcs []verbs.WC // poll scratch, under mu
+	c    *hca.CQ
+	busy bool // the device busy-polls: an empty Poll runs the transport
+	mu   sync.Mutex
+	wcs  []verbs.WC // poll scratch, under mu
 }
 
 type srqObj struct {
@@ -215,7 +216,7 @@ func shca_go_create_cq(ch C.shca_handle, cqe C.int, chanh C.shca_handle, wrapper
 		return 0
 	}
 	*actual = C.int(q.CQE())
-	return newHandle(&cqObj{c: q})
+	return newHandle(&cqObj{c: q, busy: c.d.Config().BusyPoll})
 }
 
 //export shca_go_destroy_cq
