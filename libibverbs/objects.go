@@ -612,18 +612,24 @@ func shca_go_get_async_event(h C.shca_handle, nonblock C.int, typ *C.int, obj *u
 	default:
 		*port = C.int(e.Port)
 	}
-	asyncEvents.Lock()
-	asyncEvents.m[*obj] = e
-	asyncEvents.Unlock()
+	if *obj != nil {
+		asyncEvents.Lock()
+		asyncEvents.m[*obj] = append(asyncEvents.m[*obj], e)
+		asyncEvents.Unlock()
+	}
 	return 0
 }
 
 // asyncEvents keeps the events handed out until ibv_ack_async_event, by
-// their object (port events by nil: acknowledging them is a no-op).
+// their object: an application may take several about one object before
+// acknowledging any, and each acknowledgement counts (Destroy waits for
+// all of them). Port events need none. An object's list is as long as
+// the events the application holds unacknowledged; it empties as they
+// are acknowledged, and the object cannot be destroyed before.
 var asyncEvents = struct {
 	sync.Mutex
-	m map[unsafe.Pointer]hca.AsyncEvent
-}{m: map[unsafe.Pointer]hca.AsyncEvent{}}
+	m map[unsafe.Pointer][]hca.AsyncEvent
+}{m: map[unsafe.Pointer][]hca.AsyncEvent{}}
 
 //export shca_go_ack_async_event
 func shca_go_ack_async_event(h C.shca_handle, obj unsafe.Pointer) {
@@ -633,8 +639,17 @@ func shca_go_ack_async_event(h C.shca_handle, obj unsafe.Pointer) {
 		return
 	}
 	asyncEvents.Lock()
-	e, ok := asyncEvents.m[obj]
-	delete(asyncEvents.m, obj)
+	held := asyncEvents.m[obj]
+	var e hca.AsyncEvent
+	ok := len(held) > 0
+	if ok {
+		e = held[0]
+		if len(held) == 1 {
+			delete(asyncEvents.m, obj)
+		} else {
+			asyncEvents.m[obj] = held[1:]
+		}
+	}
 	asyncEvents.Unlock()
 	if ok {
 		c.d.AckAsyncEvent(e)

@@ -2325,6 +2325,65 @@ static void test_resolve(struct env *e)
  * rdma-core dereferences these and crashes; softhca's library fails
  * cleanly. Checked: the call returns, and reports a failure.
  */
+/* take_async takes the next asynchronous event without acknowledging it. */
+static bool take_async(struct env *e, struct ibv_async_event *ev)
+{
+	struct pollfd pfd = { .fd = e->ctx->async_fd, .events = POLLIN };
+
+	if (poll(&pfd, 1, TIMEOUT_MS) <= 0)
+		return false;
+	return ibv_get_async_event(e->ctx, ev) == 0;
+}
+
+/* test_two_events: two events about one QP are taken before either is
+ * acknowledged (ibv_ack_async_event(3) allows any order); both
+ * acknowledgements count, so ibv_destroy_qp, which waits for them,
+ * returns. (The library kept one outstanding event per object: the
+ * second acknowledgement was lost and the destroy never returned.) */
+static void test_two_events(struct env *e)
+{
+	struct ibv_srq_init_attr si = { .attr = { .max_wr = 4, .max_sge = 1 } };
+	struct ibv_cq *cq = ibv_create_cq(e->ctx, 4, NULL, NULL, 0);
+	struct ibv_srq *srq = ibv_create_srq(e->pd, &si);
+	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .srq = srq,
+				       .cap = { .max_send_wr = 1, .max_send_sge = 1 } };
+	struct ibv_qp_attr a = {};
+	struct ibv_async_event ev[2];
+	struct ibv_qp *qp;
+	bool got;
+
+	ia.send_cq = ia.recv_cq = cq;
+	qp = cq && srq ? ibv_create_qp(e->pd, &ia) : NULL;
+	if (!check(qp != NULL, "a QP on an SRQ for two events"))
+		goto out;
+	/* A QP on an SRQ that enters ERR raises IBV_EVENT_QP_LAST_WQE_REACHED;
+	 * back to RESET and to ERR again raises it again. */
+	a.qp_state = IBV_QPS_ERR;
+	ibv_modify_qp(qp, &a, IBV_QP_STATE);
+	got = take_async(e, &ev[0]);
+	a.qp_state = IBV_QPS_RESET;
+	ibv_modify_qp(qp, &a, IBV_QP_STATE);
+	a.qp_state = IBV_QPS_ERR;
+	ibv_modify_qp(qp, &a, IBV_QP_STATE);
+	got = take_async(e, &ev[1]) && got;
+	if (!check(got && ev[0].event_type == IBV_EVENT_QP_LAST_WQE_REACHED &&
+			   ev[1].event_type == IBV_EVENT_QP_LAST_WQE_REACHED &&
+			   ev[0].element.qp == qp && ev[1].element.qp == qp,
+		   "two IBV_EVENT_QP_LAST_WQE_REACHED for one QP, taken before either is acknowledged"))
+		goto out;
+	ibv_ack_async_event(&ev[1]);
+	ibv_ack_async_event(&ev[0]);
+	check_ret(ibv_destroy_qp(qp), 0, "ibv_destroy_qp returns once both events are acknowledged");
+	qp = NULL;
+out:
+	if (qp)
+		ibv_destroy_qp(qp);
+	if (srq)
+		ibv_destroy_srq(srq);
+	if (cq)
+		ibv_destroy_cq(cq);
+}
+
 /* test_wild_pointers: a request list with a wild scatter/gather pointer
  * makes the library's Go half fault; the verb fails (EFAULT) and the
  * process lives, where rdma-core would crash. The QP, its neighbour and
@@ -2595,6 +2654,7 @@ int main(void)
 	test_copies();
 	test_null_args(&e);
 	test_wild_pointers(&e);
+	test_two_events(&e);
 	test_hidden_versions();
 
 	check_ret(ibv_dealloc_pd(e.pd), 0, "ibv_dealloc_pd once everything on it is gone");
