@@ -24,6 +24,17 @@ import (
 
 func at[T any](p unsafe.Pointer, off uintptr) *T { return (*T)(unsafe.Add(p, off)) }
 
+// refused returns the index in list of the request the engine refused
+// (b), which names the application's own; 0 if b is not in list.
+func refused[T any](list []T, b *T) int {
+	for i := range list {
+		if b == &list[i] {
+			return i
+		}
+	}
+	return 0
+}
+
 // sges copies n C scatter/gather elements to the scratch and returns them.
 func sges(scratch *[]verbs.SGE, list *C.struct_ibv_sge, n C.int) ([]verbs.SGE, bool) {
 	if n < 0 || (n > 0 && list == nil) {
@@ -130,12 +141,7 @@ func (q *qpObj) postSend(cws []*C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr
 	if err == nil {
 		return 0
 	}
-	*bad = cws[0]
-	for i := range q.swr {
-		if b == &q.swr[i] {
-			*bad = cws[i]
-		}
-	}
+	*bad = cws[refused(q.swr, b)]
 	return fail(err)
 }
 
@@ -166,12 +172,7 @@ func postRecvList(rwr []verbs.RecvWR, cws []*C.struct_ibv_recv_wr, post func(*ve
 	if err == nil {
 		return 0
 	}
-	*bad = cws[0]
-	for i := range rwr {
-		if b == &rwr[i] {
-			*bad = cws[i]
-		}
-	}
+	*bad = cws[refused(rwr, b)]
 	return fail(err)
 }
 
@@ -263,12 +264,7 @@ func shca_go_post_srq_ops(h C.shca_handle, wr *C.struct_ibv_ops_wr, bad **C.stru
 			}
 		}
 		if err != nil {
-			*bad = cws[0]
-			for i := range s.ops {
-				if b == &s.ops[i] {
-					*bad = cws[i]
-				}
-			}
+			*bad = cws[refused(s.ops, b)]
 			clear(s.ops)
 			return fail(err)
 		}

@@ -410,16 +410,10 @@ func shca_go_create_qp(pdh, scqh, rcqh, srqh C.shca_handle, wrapper unsafe.Point
 		return 0
 	}
 	a := hca.QPInitAttr{
-		Context: uintptr(wrapper),
-		SendCQ:  scq.c,
-		RecvCQ:  rcq.c,
-		Cap: verbs.QPCap{
-			MaxSendWR:     uint32(init.cap.max_send_wr),
-			MaxRecvWR:     uint32(init.cap.max_recv_wr),
-			MaxSendSGE:    uint32(init.cap.max_send_sge),
-			MaxRecvSGE:    uint32(init.cap.max_recv_sge),
-			MaxInlineData: uint32(init.cap.max_inline_data),
-		},
+		Context:  uintptr(wrapper),
+		SendCQ:   scq.c,
+		RecvCQ:   rcq.c,
+		Cap:      capFromC(&init.cap),
 		QPType:   verbs.QPType(init.qp_type),
 		SQSigAll: init.sq_sig_all != 0,
 	}
@@ -436,12 +430,7 @@ func shca_go_create_qp(pdh, scqh, rcqh, srqh C.shca_handle, wrapper unsafe.Point
 		setErr(errp, err)
 		return 0
 	}
-	c := q.Cap()
-	init.cap.max_send_wr = C.uint32_t(c.MaxSendWR)
-	init.cap.max_recv_wr = C.uint32_t(c.MaxRecvWR)
-	init.cap.max_send_sge = C.uint32_t(c.MaxSendSGE)
-	init.cap.max_recv_sge = C.uint32_t(c.MaxRecvSGE)
-	init.cap.max_inline_data = C.uint32_t(c.MaxInlineData)
+	capToC(q.Cap(), &init.cap)
 	*qpn = C.uint32_t(q.Num())
 	return newHandle(&qpObj{q: q})
 }
@@ -484,15 +473,24 @@ func shca_go_query_qp(h C.shca_handle, attr *C.struct_ibv_qp_attr, init *C.struc
 	}
 	a := q.q.Query()
 	qpAttrToC(&a, attr)
-	c := a.Cap
-	init.cap.max_send_wr = C.uint32_t(c.MaxSendWR)
-	init.cap.max_recv_wr = C.uint32_t(c.MaxRecvWR)
-	init.cap.max_send_sge = C.uint32_t(c.MaxSendSGE)
-	init.cap.max_recv_sge = C.uint32_t(c.MaxRecvSGE)
-	init.cap.max_inline_data = C.uint32_t(c.MaxInlineData)
+	capToC(a.Cap, &init.cap)
 	init.qp_type = uint32(q.q.Type())
 	*state = C.int(a.QPState)
 	return 0
+}
+
+func capFromC(c *C.struct_ibv_qp_cap) verbs.QPCap {
+	return verbs.QPCap{
+		MaxSendWR: uint32(c.max_send_wr), MaxRecvWR: uint32(c.max_recv_wr),
+		MaxSendSGE: uint32(c.max_send_sge), MaxRecvSGE: uint32(c.max_recv_sge),
+		MaxInlineData: uint32(c.max_inline_data),
+	}
+}
+
+func capToC(v verbs.QPCap, c *C.struct_ibv_qp_cap) {
+	c.max_send_wr, c.max_recv_wr = C.uint32_t(v.MaxSendWR), C.uint32_t(v.MaxRecvWR)
+	c.max_send_sge, c.max_recv_sge = C.uint32_t(v.MaxSendSGE), C.uint32_t(v.MaxRecvSGE)
+	c.max_inline_data = C.uint32_t(v.MaxInlineData)
 }
 
 func qpAttrFromC(c *C.struct_ibv_qp_attr) verbs.QPAttr {
@@ -507,11 +505,7 @@ func qpAttrFromC(c *C.struct_ibv_qp_attr) verbs.QPAttr {
 		DestQPNum:    uint32(c.dest_qp_num),
 		QPAccessFlags: verbs.AccessFlags(
 			c.qp_access_flags),
-		Cap: verbs.QPCap{
-			MaxSendWR: uint32(c.cap.max_send_wr), MaxRecvWR: uint32(c.cap.max_recv_wr),
-			MaxSendSGE: uint32(c.cap.max_send_sge), MaxRecvSGE: uint32(c.cap.max_recv_sge),
-			MaxInlineData: uint32(c.cap.max_inline_data),
-		},
+		Cap:              capFromC(&c.cap),
 		AHAttr:           ahAttrFromC(&c.ah_attr),
 		AltAHAttr:        ahAttrFromC(&c.alt_ah_attr),
 		PKeyIndex:        uint16(c.pkey_index),
@@ -542,11 +536,7 @@ func qpAttrToC(v *verbs.QPAttr, c *C.struct_ibv_qp_attr) {
 	c.sq_psn = C.uint32_t(v.SQPSN)
 	c.dest_qp_num = C.uint32_t(v.DestQPNum)
 	c.qp_access_flags = C.uint(v.QPAccessFlags)
-	c.cap.max_send_wr = C.uint32_t(v.Cap.MaxSendWR)
-	c.cap.max_recv_wr = C.uint32_t(v.Cap.MaxRecvWR)
-	c.cap.max_send_sge = C.uint32_t(v.Cap.MaxSendSGE)
-	c.cap.max_recv_sge = C.uint32_t(v.Cap.MaxRecvSGE)
-	c.cap.max_inline_data = C.uint32_t(v.Cap.MaxInlineData)
+	capToC(v.Cap, &c.cap)
 	ahAttrToC(&v.AHAttr, &c.ah_attr)
 	ahAttrToC(&v.AltAHAttr, &c.alt_ah_attr)
 	c.pkey_index = C.uint16_t(v.PKeyIndex)

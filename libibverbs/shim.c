@@ -186,57 +186,24 @@ static int shca_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 	return shca_go_req_notify_cq(CQ(cq)->h, solicited_only);
 }
 
-static int shca_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
-			  struct ibv_send_wr **bad_wr)
-{
-	struct ibv_send_wr *bad = NULL;
-	int err = shca_go_post_send(QP(qp)->h, wr, &bad);
+/* The post verbs: bad_wr is set only on failure, as providers do; a
+ * failure that names no request (an internal error) names the first. */
+#define SHCA_POST(name, objtype, obj, wrtype, gofn)                        \
+	static int name(struct objtype *obj, struct wrtype *wr,             \
+			struct wrtype **bad_wr)                             \
+	{                                                                   \
+		struct wrtype *bad = NULL;                                  \
+		int err = gofn(((struct shca_##obj *)obj)->h, wr, &bad);    \
+                                                                            \
+		if (err && bad_wr)                                          \
+			*bad_wr = bad ? bad : wr;                           \
+		return err;                                                 \
+	}
 
-	/* Set only on failure, as providers do; a failure that names no
-	 * request (an internal error) names the first. */
-	if (err && bad_wr)
-		*bad_wr = bad ? bad : wr;
-	return err;
-}
-
-static int shca_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
-			  struct ibv_recv_wr **bad_wr)
-{
-	struct ibv_recv_wr *bad = NULL;
-	int err = shca_go_post_recv(QP(qp)->h, wr, &bad);
-
-	/* Set only on failure, as providers do; a failure that names no
-	 * request (an internal error) names the first. */
-	if (err && bad_wr)
-		*bad_wr = bad ? bad : wr;
-	return err;
-}
-
-static int shca_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
-			      struct ibv_recv_wr **bad_wr)
-{
-	struct ibv_recv_wr *bad = NULL;
-	int err = shca_go_post_srq_recv(SRQ(srq)->h, wr, &bad);
-
-	/* Set only on failure, as providers do; a failure that names no
-	 * request (an internal error) names the first. */
-	if (err && bad_wr)
-		*bad_wr = bad ? bad : wr;
-	return err;
-}
-
-static int shca_post_srq_ops(struct ibv_srq *srq, struct ibv_ops_wr *wr,
-			     struct ibv_ops_wr **bad_wr)
-{
-	struct ibv_ops_wr *bad = NULL;
-	int err = shca_go_post_srq_ops(SRQ(srq)->h, wr, &bad);
-
-	/* Set only on failure, as providers do; a failure that names no
-	 * request (an internal error) names the first. */
-	if (err && bad_wr)
-		*bad_wr = bad ? bad : wr;
-	return err;
-}
+SHCA_POST(shca_post_send, ibv_qp, qp, ibv_send_wr, shca_go_post_send)
+SHCA_POST(shca_post_recv, ibv_qp, qp, ibv_recv_wr, shca_go_post_recv)
+SHCA_POST(shca_post_srq_recv, ibv_srq, srq, ibv_recv_wr, shca_go_post_srq_recv)
+SHCA_POST(shca_post_srq_ops, ibv_srq, srq, ibv_ops_wr, shca_go_post_srq_ops)
 
 static int shca_query_port_ex(struct ibv_context *context, uint8_t port_num,
 			      struct ibv_port_attr *port_attr, size_t len)

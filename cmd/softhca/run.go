@@ -101,28 +101,42 @@ func libEnv(s hcaenv.Settings, dir string) []string {
 	return append(s.Env(), "LD_LIBRARY_PATH="+ld)
 }
 
-func runEnv(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("env", flag.ContinueOnError)
+// parseDeviceCommand parses the flags of run or env, validates the
+// device they describe and finds the library; on failure it has said why
+// and returns the exit status.
+func parseDeviceCommand(name string, args []string, stderr io.Writer) (fs *flag.FlagSet, s hcaenv.Settings, dir string, status int) {
+	fs = flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f deviceFlags
 	f.register(fs)
 	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
-		return usageStatus(err)
+		return nil, s, "", usageStatus(err)
 	}
-	if fs.NArg() > 0 {
+	switch {
+	case name == "env" && fs.NArg() > 0:
 		fmt.Fprintf(stderr, "softhca env: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+		return nil, s, "", exitUsage
+	case name == "run" && fs.NArg() == 0:
+		fmt.Fprintln(stderr, "softhca run: no program to run (softhca run --addr IP -- CMD ARGS...)")
+		return nil, s, "", exitUsage
 	}
 	s, err := f.settings()
 	if err != nil {
-		fmt.Fprintf(stderr, "softhca env: %v\n", err)
-		return exitUsage
+		fmt.Fprintf(stderr, "softhca %s: %v\n", name, err)
+		return nil, s, "", exitUsage
 	}
-	dir, err := libraryDir(f.lib)
-	if err != nil {
-		fmt.Fprintf(stderr, "softhca env: %v\n", err)
-		return exitFailure
+	if dir, err = libraryDir(f.lib); err != nil {
+		fmt.Fprintf(stderr, "softhca %s: %v\n", name, err)
+		return nil, s, "", exitFailure
+	}
+	return fs, s, dir, exitOK
+}
+
+func runEnv(args []string, stdout, stderr io.Writer) int {
+	_, s, dir, status := parseDeviceCommand("env", args, stderr)
+	if status != exitOK || dir == "" {
+		return status
 	}
 	for _, kv := range libEnv(s, dir) {
 		k, v, _ := strings.Cut(kv, "=")
@@ -132,27 +146,9 @@ func runEnv(args []string, stdout, stderr io.Writer) int {
 }
 
 func runRun(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var f deviceFlags
-	f.register(fs)
-	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		return usageStatus(err)
-	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "softhca run: no program to run (softhca run --addr IP -- CMD ARGS...)")
-		return exitUsage
-	}
-	s, err := f.settings()
-	if err != nil {
-		fmt.Fprintf(stderr, "softhca run: %v\n", err)
-		return exitUsage
-	}
-	dir, err := libraryDir(f.lib)
-	if err != nil {
-		fmt.Fprintf(stderr, "softhca run: %v\n", err)
-		return exitFailure
+	fs, s, dir, status := parseDeviceCommand("run", args, stderr)
+	if status != exitOK || dir == "" {
+		return status
 	}
 	cmd := exec.Command(fs.Arg(0), fs.Args()[1:]...)
 	cmd.Env = append(os.Environ(), libEnv(s, dir)...)
