@@ -45,9 +45,11 @@ type Config struct {
 	// InlineFromAnyAddress reads the data of an IBV_SEND_INLINE request
 	// from any address of the process, as libibverbs does, instead of
 	// only from the PD's registered regions. It is for the C ABI
-	// (libibverbs/), whose programs send inline from their stack: a Go
-	// program must leave it off, since an address into the Go heap is
-	// not stable and the post would read whatever is there.
+	// (libibverbs/), whose programs send inline from their stack; the
+	// library copies that data into memory it keeps for the post (so
+	// that a wild address faults before the send queue is touched) and
+	// hands that address here. An address that is not mapped faults in
+	// PostSend: a Go program should leave it off.
 	InlineFromAnyAddress bool
 
 	// Link carries the device's packets (link/udp on a network). nil

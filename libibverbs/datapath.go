@@ -133,6 +133,7 @@ func (q *qpObj) postSend(cws []*C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr
 	if len(q.swr) == 0 {
 		return 0
 	}
+	q.copyInline()
 	for i := range q.swr[:len(q.swr)-1] {
 		q.swr[i].Next = &q.swr[i+1]
 	}
@@ -143,6 +144,58 @@ func (q *qpObj) postSend(cws []*C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr
 	}
 	*bad = cws[refused(q.swr, b)]
 	return fail(err)
+}
+
+// copyInline copies the data of the IBV_SEND_INLINE requests into the
+// QP's scratch and points their elements there, before the engine sees
+// them: a wild address faults here (the export's guard turns that into
+// EFAULT) rather than inside PostSend, where the send queue has already
+// taken a slot for the request. A request with more inline data than
+// max_inline_data is left alone: the engine refuses it without reading.
+func (q *qpObj) copyInline() {
+	limit := uint64(q.q.Cap().MaxInlineData)
+	total := 0
+	for i := range q.swr {
+		if n, ok := inlineLen(&q.swr[i], limit); ok {
+			total += int(n)
+		}
+	}
+	if total == 0 {
+		return
+	}
+	if cap(q.inl) < total {
+		q.inl = make([]byte, total)
+	}
+	buf := q.inl[:total]
+	off := 0
+	for i := range q.swr {
+		w := &q.swr[i]
+		if _, ok := inlineLen(w, limit); !ok {
+			continue
+		}
+		for j := range w.SGList {
+			s := &w.SGList[j]
+			if s.Length == 0 {
+				continue
+			}
+			n := copy(buf[off:], cbytes(*(*unsafe.Pointer)(unsafe.Pointer(&s.Addr)), int(s.Length)))
+			s.Addr = uint64(uintptr(unsafe.Pointer(&buf[off])))
+			off += n
+		}
+	}
+}
+
+// inlineLen returns the inline data length of w, and whether the library
+// copies it (an inline request within limit bytes).
+func inlineLen(w *verbs.SendWR, limit uint64) (uint64, bool) {
+	if w.SendFlags&verbs.SendInline == 0 {
+		return 0, false
+	}
+	var n uint64
+	for _, s := range w.SGList {
+		n += uint64(s.Length)
+	}
+	return n, n > 0 && n <= limit
 }
 
 // recvList converts a receive list into scratch; it returns the

@@ -54,6 +54,7 @@ type qpObj struct {
 	sge  []verbs.SGE
 	scws []*C.struct_ibv_send_wr // the application's requests (C memory)
 	rcws []*C.struct_ibv_recv_wr
+	inl  []byte // inline data copied at post (copyInline)
 }
 
 //export shca_go_alloc_pd

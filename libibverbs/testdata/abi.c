@@ -2325,6 +2325,70 @@ static void test_resolve(struct env *e)
  * rdma-core dereferences these and crashes; softhca's library fails
  * cleanly. Checked: the call returns, and reports a failure.
  */
+/* test_wild_inline: an IBV_SEND_INLINE request whose data address is
+ * wild fails with EFAULT before the send queue takes anything: the next
+ * SEND on the connected QP is the first (and only) one to complete and
+ * to arrive. (The library read inline data inside the engine, after the
+ * send queue had taken a slot for the request: the half-built request
+ * stayed queued.) */
+static void test_wild_inline(struct env *e)
+{
+	struct ibv_cq *cq = ibv_create_cq(e->ctx, 16, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC,
+				       .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+						.max_recv_sge = 1, .max_inline_data = 64 } };
+	struct ibv_qp *qa = NULL, *qb = NULL;
+	struct ibv_mr *mr = NULL;
+	char *buf = calloc(1, BUF_SIZE);
+	struct ibv_sge wild = { .addr = 0x10, .length = 16 };
+	struct ibv_sge good = { (uintptr_t)buf, 16, 0 }, rsge = { (uintptr_t)buf + 64, 64, 0 };
+	struct ibv_send_wr swr = { .wr_id = 1, .sg_list = &wild, .num_sge = 1,
+				   .opcode = IBV_WR_SEND,
+				   .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED }, *sbad = NULL;
+	struct ibv_recv_wr rwr = { .wr_id = 3, .sg_list = &rsge, .num_sge = 1 }, *rbad;
+	struct ibv_wc wc[4];
+	int r, n;
+
+	mr = buf ? ibv_reg_mr(e->pd, buf, BUF_SIZE, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	ia.send_cq = ia.recv_cq = cq;
+	if (cq && mr) {
+		qa = ibv_create_qp(e->pd, &ia);
+		qb = ibv_create_qp(e->pd, &ia);
+	}
+	if (!check(qa && qb && !qp_to_init(qa, RC_ACCESS) && !qp_to_init(qb, RC_ACCESS) &&
+			   !qp_to_rtr(qa, qb->qp_num, &e->gid) &&
+			   !qp_to_rtr(qb, qa->qp_num, &e->gid) && !qp_to_rts(qa) && !qp_to_rts(qb),
+		   "two connected QPs for the wild inline send"))
+		goto out;
+	good.lkey = rsge.lkey = mr->lkey;
+	r = ibv_post_send(qa, &swr, &sbad);
+	check(r == EFAULT && sbad == &swr,
+	      "an inline SEND from address 0x10 fails with EFAULT and bad_wr set (%s)", errname(r));
+	memcpy(buf, "after the wild one", 16);
+	check_ret(ibv_post_recv(qb, &rwr, &rbad), 0, "the peer posts a receive");
+	swr.wr_id = 2;
+	swr.sg_list = &good;
+	check_ret(ibv_post_send(qa, &swr, &sbad), 0, "then an inline SEND from good memory");
+	n = poll_n(cq, wc, 2);
+	check(n == 2, "two completions: the good SEND and its receive (%d)", n);
+	for (r = 0; r < n; r++)
+		check(wc[r].status == IBV_WC_SUCCESS && (wc[r].wr_id == 2 || wc[r].wr_id == 3),
+		      "completion %d is wr_id %" PRIu64 " (2 or 3), %s", r, wc[r].wr_id,
+		      ibv_wc_status_str(wc[r].status));
+	check(!memcmp(buf + 64, "after the wild one", 16), "the receive holds the good SEND's data");
+	check(poll_n(cq, wc, 1) == 0, "nothing else completes");
+out:
+	if (qa)
+		ibv_destroy_qp(qa);
+	if (qb)
+		ibv_destroy_qp(qb);
+	if (cq)
+		ibv_destroy_cq(cq);
+	if (mr)
+		ibv_dereg_mr(mr);
+	free(buf);
+}
+
 /* take_async takes the next asynchronous event without acknowledging it. */
 static bool take_async(struct env *e, struct ibv_async_event *ev)
 {
@@ -2655,6 +2719,7 @@ int main(void)
 	test_null_args(&e);
 	test_wild_pointers(&e);
 	test_two_events(&e);
+	test_wild_inline(&e);
 	test_hidden_versions();
 
 	check_ret(ibv_dealloc_pd(e.pd), 0, "ibv_dealloc_pd once everything on it is gone");
