@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/verbs"
 )
@@ -116,8 +118,28 @@ func shca_go_reg_mr(pdh C.shca_handle, addr unsafe.Pointer, length C.size_t, iov
 		setErr(errp, err)
 		return 0
 	}
+	if err := mapped(uintptr(addr), uintptr(length)); err != nil {
+		// The kernel fails to pin such memory; here a later WRITE into
+		// it would fault on a transport goroutine and end the program.
+		_ = m.Dereg()
+		setErr(errp, verbs.Errorf("reg_mr", syscall.EFAULT, "%#x+%d is not mapped memory: %v", uintptr(addr), length, err))
+		return 0
+	}
 	*lkey, *rkey = C.uint32_t(m.LKey()), C.uint32_t(m.RKey())
 	return newHandle(&mrObj{m: m})
+}
+
+// mapped reports whether every page of [addr, addr+n) is mapped:
+// msync(MS_ASYNC) fails with ENOMEM otherwise, and changes nothing.
+func mapped(addr, n uintptr) error {
+	page := uintptr(unix.Getpagesize())
+	start := addr &^ (page - 1)
+	end := addr + n
+	if end < addr {
+		return syscall.EINVAL // wraps around
+	}
+	end = (end + page - 1) &^ (page - 1)
+	return unix.Msync(unsafe.Slice(*(**byte)(unsafe.Pointer(&start)), end-start), unix.MS_ASYNC)
 }
 
 //export shca_go_dereg_mr

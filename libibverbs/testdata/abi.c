@@ -32,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
@@ -738,6 +739,21 @@ static void test_pd_mr(struct env *e)
 	errno = 0;
 	mr = ibv_reg_dmabuf_mr(e->pd, 0, BUF_SIZE, 0, -1, IBV_ACCESS_LOCAL_WRITE);
 	check_fail(!mr, errno, EOPNOTSUPP, "ibv_reg_dmabuf_mr: EOPNOTSUPP");
+	{
+		/* Memory that is not mapped cannot be registered: the kernel
+		 * fails to pin it (EFAULT); softhca checks it is mapped, so
+		 * that a later WRITE into it is not a crash. */
+		void *gone = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (gone != MAP_FAILED && munmap(gone, 2 * 4096) == 0) {
+			errno = 0;
+			mr = ibv_reg_mr(e->pd, gone, 2 * 4096, IBV_ACCESS_LOCAL_WRITE);
+			check_fail(!mr, errno, EFAULT, "ibv_reg_mr of unmapped memory: EFAULT");
+			if (mr)
+				ibv_dereg_mr(mr);
+		}
+	}
 	if (mr)
 		ibv_dereg_mr(mr);
 
