@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"syscall"
 	"unsafe"
 )
@@ -127,7 +128,12 @@ func recovered(op string, r any) bool {
 	if r == nil {
 		return false
 	}
-	fmt.Fprintf(os.Stderr, "softhca: %s: internal error: %v\n", op, r)
+	verb := "ibv_" + strings.TrimPrefix(op, "shca_go_")
+	if e, ok := r.(runtime.Error); ok && strings.Contains(e.Error(), "invalid memory address") {
+		fmt.Fprintf(os.Stderr, "softhca: %s: an address given to it is not readable memory; the call fails (EFAULT)\n", verb)
+		return true
+	}
+	fmt.Fprintf(os.Stderr, "softhca: %s: internal error, the call fails: %v\n", verb, r)
 	return true
 }
 
