@@ -19,6 +19,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/netip"
 	"os"
@@ -104,17 +105,14 @@ func readBounded(name string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b := make([]byte, maxConfigSize+1)
-	n, err := f.Read(b)
-	for err == nil && n < len(b) {
-		var m int
-		m, err = f.Read(b[n:])
-		n += m
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+	if err != nil {
+		return nil, err
 	}
-	if n > maxConfigSize {
+	if len(b) > maxConfigSize {
 		return nil, fmt.Errorf("%w: %s is larger than %d bytes", syscall.EINVAL, name, maxConfigSize)
 	}
-	return b[:n], nil
+	return b, nil
 }
 
 // ParseFile parses a configuration file: KEY=VALUE lines with the keys of
