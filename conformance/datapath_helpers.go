@@ -56,7 +56,7 @@ type dpSide struct {
 	SCQ  CQ // the send CQ of QPs made by dpConnect
 	RCQ  CQ // the receive CQ
 	MR   MR
-	Buf  []byte
+	Buf  []byte    // MR.Bytes(): the registered memory
 	GID  verbs.GID // the RoCEv2 GID at index 1
 }
 
@@ -87,9 +87,9 @@ func dpNewSide(t *T, name string, d Device) *dpSide {
 	ExpectOK(t, err, name+": create_cq")
 	s.RCQ, err = d.CreateCQ(512, nil, name+" recv", 0)
 	ExpectOK(t, err, name+": create_cq")
-	s.Buf = make([]byte, dpMemSize)
-	s.MR, err = s.PD.RegMR(s.Buf, dpAllAccess)
+	s.MR, err = s.PD.RegMR(make([]byte, dpMemSize), dpAllAccess)
 	ExpectOK(t, err, name+": reg_mr")
+	s.Buf = s.MR.Bytes() // RegMR may copy
 	s.GID, err = d.QueryGID(1, 1)
 	ExpectOK(t, err, name+": query_gid 1")
 	return s

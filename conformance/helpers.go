@@ -69,7 +69,7 @@ type Fixture struct {
 	PD  PD
 	CQ  CQ
 	MR  MR
-	Buf []byte
+	Buf []byte // MR.Bytes(): the registered memory
 }
 
 // NewFixture allocates a PD, a 64-entry CQ and a 64 KiB MR with every
@@ -82,9 +82,9 @@ func NewFixture(t *T, d Device) *Fixture {
 	ExpectOK(t, err, "alloc_pd")
 	f.CQ, err = d.CreateCQ(64, nil, nil, 0)
 	ExpectOK(t, err, "create_cq")
-	f.Buf = make([]byte, 64<<10)
-	f.MR, err = f.PD.RegMR(f.Buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
+	f.MR, err = f.PD.RegMR(make([]byte, 64<<10), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
 	ExpectOK(t, err, "reg_mr")
+	f.Buf = f.MR.Bytes() // RegMR may copy
 	return f
 }
 

@@ -5,10 +5,10 @@
 // events, state after the call) against a Target.
 //
 // A Target is the verbs surface of a device. Backends live in their own
-// packages: conformance/softhca (softhca in process) is the first; the
+// packages: conformance/softhca (softhca in process) and conformance/rdma
+// (any device libibverbs drives, through a C agent process); the
 // interfaces use only plain values and the verbs vocabulary so that a
-// backend driving a real rdma-core device (rxe or a NIC) through cgo can
-// implement them under a build tag. This package imports no device
+// backend in another process can implement them. This package imports no device
 // implementation: a case reaches the device only through these
 // interfaces and the optional ones a target may add (PairTarget,
 // AddrTarget, and TMPD and TMSRQ for tag matching).
@@ -73,6 +73,11 @@ type Device interface {
 
 // PD is a protection domain.
 type PD interface {
+	// RegMR registers buf. RegMR may copy: the registered memory is
+	// MR.Bytes(), which starts out holding buf's contents (a backend
+	// whose device runs in another process registers shared memory
+	// there), so after RegMR a case reads and writes the region through
+	// MR.Bytes(), never through buf.
 	RegMR(buf []byte, access verbs.AccessFlags) (MR, error)
 	CreateQP(init *QPInitAttr) (QP, error)
 	CreateSRQ(attr verbs.SRQAttr, ctx any) (SRQ, error)
@@ -86,7 +91,8 @@ type MR interface {
 	Len() int
 	LKey() uint32
 	RKey() uint32
-	// Bytes returns the registered memory.
+	// Bytes returns the registered memory (see PD.RegMR): what the
+	// device reads and writes at Addr().
 	Bytes() []byte
 	// SGE returns an element for n bytes at offset off.
 	SGE(off, n int) verbs.SGE
