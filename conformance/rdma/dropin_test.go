@@ -1,0 +1,96 @@
+package rdma
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softhca/softhca/conformance"
+)
+
+// TestDropIn runs every conformance case through the verbs agent on
+// softhca's drop-in libibverbs.so.1, built from ../../libibverbs into a
+// temporary directory (or taken from $SOFTHCA_LIB, a directory holding
+// libibverbs.so.1). SOFTHCA_CONFORMANCE_RUN limits the cases to a
+// regular expression. The devices bind random loopback addresses, so
+// that other suites running at the same time keep theirs.
+func TestDropIn(t *testing.T) {
+	if err := Prerequisites(); err != nil {
+		t.Skip(err)
+	}
+	agent, err := BuildAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := os.Getenv("SOFTHCA_LIB")
+	if lib == "" {
+		lib = t.TempDir()
+		if err := buildLibibverbs(t, lib); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := DropInAt(lib, agent, randomLoopback())
+	cases := conformance.Cases()
+	if re := os.Getenv("SOFTHCA_CONFORMANCE_RUN"); re != "" {
+		r := regexp.MustCompile(re)
+		var kept []conformance.Case
+		for _, c := range cases {
+			if r.MatchString(c.Name) {
+				kept = append(kept, c)
+			}
+		}
+		cases = kept
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			r := conformance.RunCase(target, c)
+			msg := strings.Join(r.Messages, "\n")
+			switch r.Outcome {
+			case conformance.Passed:
+			case conformance.Failed:
+				t.Fatalf("%s [%s]\n%s\n%s", c.Name, c.Label, c.Cite, msg)
+			case conformance.Skipped:
+				t.Skip(msg)
+			}
+		})
+	}
+}
+
+// randomLoopback picks three distinct addresses in 127.1.0.0-127.254.255.255.
+func randomLoopback() [3]netip.Addr {
+	base := [3]byte{byte(1 + rand.IntN(254)), byte(rand.IntN(256)), byte(1 + rand.IntN(250))}
+	var out [3]netip.Addr
+	for i := range out {
+		out[i] = netip.AddrFrom4([4]byte{127, base[0], base[1], base[2] + byte(i)})
+	}
+	return out
+}
+
+// buildLibibverbs builds softhca's drop-in libibverbs.so.1 into dir, as
+// `make libibverbs` does.
+func buildLibibverbs(t *testing.T, dir string) error {
+	t.Helper()
+	_, self, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(self), "..", "..")
+	mapFile := filepath.Join(root, "libibverbs", "libibverbs.map")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "libibverbs", "-buildmode=c-shared",
+		"-ldflags", "-extldflags '-Wl,--version-script="+mapFile+" -Wl,-soname,libibverbs.so.1'",
+		"-o", filepath.Join(dir, "libibverbs.so.1"), "github.com/softhca/softhca/libibverbs")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building libibverbs.so.1 (needs gcc and libibverbs-dev): %w\n%s", err, out)
+	}
+	return nil
+}
