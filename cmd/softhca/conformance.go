@@ -9,19 +9,24 @@ import (
 	"text/tabwriter"
 
 	"github.com/softhca/softhca/conformance"
+	"github.com/softhca/softhca/conformance/rdma"
 	"github.com/softhca/softhca/conformance/softhca"
 )
 
-// runConformance runs the conformance suite against softhca in process and
-// prints one row per case and the summary line "N passed, N failed, N
-// skipped". The exit status is 1 if any case failed.
+// runConformance runs the conformance suite against a target (softhca in
+// process by default, or a libibverbs device through the verbs agent)
+// and prints one row per case and the summary line "N passed, N failed,
+// N skipped". The exit status is 1 if any case failed.
 func runConformance(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	run := fs.String("run", "", "run only cases whose name matches this regular expression")
 	verbose := fs.Bool("v", false, "print the citation of every case and the messages of skipped cases")
+	targetName := fs.String("target", "softhca", "`softhca` (in process) or rdma:DEVICE (a libibverbs device, e.g. rdma:rxe0)")
+	agent := fs.String("agent", "", "a prebuilt shca-verbs-agent for rdma:DEVICE (default: build the embedded agent.c; needs gcc and libibverbs-dev)")
+	lib := fs.String("lib", "", "for rdma:DEVICE, run the agents on softhca's drop-in libibverbs.so.1 in this `directory`, devices on 127.0.0.3 and the pair on 127.0.0.1 and 127.0.0.2")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: softhca conformance [-run REGEXP] [-v]")
+		fmt.Fprintln(stderr, "usage: softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR]]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -29,6 +34,11 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() != 0 {
 		fs.Usage()
+		return exitUsage
+	}
+	target, err := conformanceTarget(*targetName, *agent, *lib)
+	if err != nil {
+		fmt.Fprintf(stderr, "softhca conformance: %v\n", err)
 		return exitUsage
 	}
 	cases := conformance.Cases()
@@ -46,7 +56,6 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 		}
 		cases = kept
 	}
-	target := &softhca.Target{}
 	results := conformance.Run(target, cases)
 
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
@@ -72,4 +81,25 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// conformanceTarget turns --target, --agent and --lib into a target.
+func conformanceTarget(name, agent, lib string) (conformance.Target, error) {
+	dev, isRDMA := strings.CutPrefix(name, "rdma:")
+	switch {
+	case name == "softhca":
+		if agent != "" || lib != "" {
+			return nil, fmt.Errorf("--agent and --lib need --target rdma:DEVICE, not %q", name)
+		}
+		return &softhca.Target{}, nil
+	case !isRDMA || dev == "" || strings.ContainsAny(dev, "/ \t"):
+		return nil, fmt.Errorf("--target %q: want softhca or rdma:DEVICE (a libibverbs device name such as rxe0)", name)
+	case lib != "":
+		dir, err := libraryDir(lib)
+		if err != nil {
+			return nil, fmt.Errorf("--lib %q: %w", lib, err)
+		}
+		return rdma.DropIn(dev, dir, agent), nil
+	}
+	return &rdma.Target{Device: dev, Agent: agent}, nil
 }

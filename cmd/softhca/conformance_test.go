@@ -23,3 +23,20 @@ func TestConformanceCommand(t *testing.T) {
 	code = run([]string{"conformance", "extra"}, &out, &errb)
 	require.Equal(t, exitUsage, code)
 }
+
+func TestConformanceTargetFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--target", "rxe0"}, `--target "rxe0": want softhca or rdma:DEVICE`},
+		{[]string{"--target", "rdma:"}, `--target "rdma:": want softhca or rdma:DEVICE`},
+		{[]string{"--agent", "/bin/true"}, `--agent and --lib need --target rdma:DEVICE, not "softhca"`},
+		{[]string{"--target", "rdma:softhca0", "--lib", "/nonexistent"}, `--lib "/nonexistent"`},
+	} {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"conformance"}, c.args...), &out, &errb)
+		require.Equal(t, exitUsage, code, "%v", c.args)
+		require.Contains(t, errb.String(), c.msg, "%v", c.args)
+	}
+}

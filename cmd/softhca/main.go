@@ -59,10 +59,15 @@
 //
 // # conformance
 //
-//	softhca conformance [-run REGEXP] [-v]
+//	softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR]]
 //
 // conformance runs every case of package conformance against softhca in
-// process, prints PASS/FAIL/SKIP per case with its label (spec or
+// process (--target softhca, the default) or against a device libibverbs
+// drives (--target rdma:rxe0), through a verbs agent process per device
+// (package conformance/rdma; --agent names a prebuilt one, otherwise the
+// embedded agent.c is compiled, which needs gcc and libibverbs-dev; --lib
+// runs the agents on softhca's drop-in libibverbs.so.1 in that
+// directory). It prints PASS/FAIL/SKIP per case with its label (spec or
 // implementation-defined), and ends with "N passed, N failed, N skipped".
 // The exit status is 1 if any case failed.
 //
@@ -179,7 +184,7 @@ type command struct {
 var commands = []command{
 	{"demo", "run two devices over UDP loopback and show the verbs on the wire", runDemo},
 	{"decode", "print the RoCEv2 packets of pcap/pcapng files and check their ICRC", runDecode},
-	{"conformance", "run the verbs conformance suite against softhca and print a table", runConformance},
+	{"conformance", "run the verbs conformance suite against softhca or a libibverbs device and print a table", runConformance},
 	{"pingpong", "rdma-core's ibv_{rc,uc,ud,srq}_pingpong, either side, on a softhca device", runPingpong},
 	{"perf", "perftest's ib_{send,write,read,atomic}_{bw,lat}, either side, on a softhca device", runPerf},
 	{"run", "run an unmodified libibverbs program on a softhca device (the drop-in libibverbs.so.1)", runRun},

@@ -34,6 +34,9 @@
 #include <endian.h>
 #include <infiniband/verbs.h>
 
+_Static_assert(sizeof(((struct ibv_device_attr *)0)->fw_ver) == 64,
+	       "the device record's fw_ver is 64 bytes");
+
 #define PROTO_VERSION 1
 #define SOCK_FD 3
 #define MAX_MSG (192 * 1024)

@@ -38,7 +38,7 @@ func TestDropIn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	target := DropInAt(lib, agent, randomLoopback())
+	target := DropInAt("softhca0", lib, agent, randomLoopback())
 	cases := conformance.Cases()
 	if re := os.Getenv("SOFTHCA_CONFORMANCE_RUN"); re != "" {
 		r := regexp.MustCompile(re)

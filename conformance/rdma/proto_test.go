@@ -190,3 +190,20 @@ func FuzzDecodeResponse(f *testing.F) {
 		run(func(d *decoder) { d.take(16, "gid"); d.count(1, "n") })
 	})
 }
+
+func TestAsyncAndMRRoundTrip(t *testing.T) {
+	ar := asyncRecord{Type: uint32(verbs.EventQPLastWQEReached), Kind: evQP, Handle: 9, Port: 1}
+	e := newRequest(opGetAsyncEvent)
+	encodeAsync(e, ar)
+	d := decoderOf(e)
+	if got := decodeAsync(d); got != ar || d.err != nil || d.off != len(d.b) {
+		t.Fatalf("async event: %+v (%v), want %+v", got, d.err, ar)
+	}
+	mr := mrRecord{Handle: 3, Addr: 0x7f0000001064, LKey: 0x101, RKey: 0x202, Length: 4097}
+	e = newRequest(opRegMR)
+	encodeMR(e, mr)
+	d = decoderOf(e)
+	if got := decodeMR(d); got != mr || d.err != nil || d.off != len(d.b) {
+		t.Fatalf("reg_mr: %+v (%v), want %+v", got, d.err, mr)
+	}
+}

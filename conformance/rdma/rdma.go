@@ -95,21 +95,22 @@ type AddrTarget struct {
 func (t *AddrTarget) PortAddrs() []netip.Addr { return t.Addrs }
 
 // DropIn returns a target for softhca's drop-in libibverbs.so.1 in
-// libDir: the device softhca0, on 127.0.0.3 for Open and on 127.0.0.1
-// and 127.0.0.2 for OpenPair (all UDP port 4791).
-func DropIn(libDir, agent string) *AddrTarget {
-	return DropInAt(libDir, agent, [3]netip.Addr{
+// libDir (LD_LIBRARY_PATH): the device is named device (SOFTHCA_DEVICE),
+// on 127.0.0.3 for Open and on 127.0.0.1 and 127.0.0.2 for OpenPair, all
+// on UDP port 4791 (SOFTHCA_ADDR). agent is Target.Agent.
+func DropIn(device, libDir, agent string) *AddrTarget {
+	return DropInAt(device, libDir, agent, [3]netip.Addr{
 		netip.MustParseAddr("127.0.0.3"), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")})
 }
 
 // DropInAt is DropIn with the addresses of Open's device and of the
 // pair's.
-func DropInAt(libDir, agent string, addrs [3]netip.Addr) *AddrTarget {
+func DropInAt(device, libDir, agent string, addrs [3]netip.Addr) *AddrTarget {
 	env := func(a netip.Addr) []string {
-		return []string{"LD_LIBRARY_PATH=" + libDir, "SOFTHCA_ADDR=" + a.String(), "SOFTHCA_DEVICE=softhca0"}
+		return []string{"LD_LIBRARY_PATH=" + libDir, "SOFTHCA_ADDR=" + a.String(), "SOFTHCA_DEVICE=" + device}
 	}
 	return &AddrTarget{
-		Target: Target{Device: "softhca0", Agent: agent, Env: env(addrs[0]),
+		Target: Target{Device: device, Agent: agent, Env: env(addrs[0]),
 			PairEnv: [2][]string{env(addrs[1]), env(addrs[2])}},
 		Addrs: []netip.Addr{addrs[0]},
 	}
