@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,20 +25,7 @@ import (
 // regular expression. The devices bind random loopback addresses, so
 // that other suites running at the same time keep theirs.
 func TestDropIn(t *testing.T) {
-	if err := Prerequisites(); err != nil {
-		t.Skip(err)
-	}
-	agent, err := BuildAgent()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lib := os.Getenv("SOFTHCA_LIB")
-	if lib == "" {
-		lib = t.TempDir()
-		if err := buildLibibverbs(t, lib); err != nil {
-			t.Fatal(err)
-		}
-	}
+	agent, lib := dropInLib(t)
 	target := DropInAt("softhca0", lib, agent, randomLoopback())
 	cases := conformance.Cases()
 	if re := os.Getenv("SOFTHCA_CONFORMANCE_RUN"); re != "" {
@@ -65,6 +53,46 @@ func TestDropIn(t *testing.T) {
 	}
 }
 
+var (
+	libOnce sync.Once
+	libDir  string
+	libErr  error
+)
+
+// dropInLib builds the agent and returns it with the directory of
+// softhca's libibverbs.so.1: $SOFTHCA_LIB, or a build of ../../libibverbs
+// made once per test binary (in a directory TestMain removes).
+func dropInLib(t *testing.T) (agent, lib string) {
+	t.Helper()
+	if err := Prerequisites(); err != nil {
+		t.Skip(err)
+	}
+	agent, err := BuildAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	libOnce.Do(func() {
+		if libDir = os.Getenv("SOFTHCA_LIB"); libDir != "" {
+			return
+		}
+		if libDir, libErr = os.MkdirTemp("", "softhca-lib"); libErr == nil {
+			libErr = buildLibibverbs(libDir)
+		}
+	})
+	if libErr != nil {
+		t.Fatal(libErr)
+	}
+	return agent, libDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if libDir != "" && os.Getenv("SOFTHCA_LIB") == "" {
+		os.RemoveAll(libDir)
+	}
+	os.Exit(code)
+}
+
 // randomLoopback picks three distinct addresses in 127.1.0.0-127.254.255.255.
 func randomLoopback() [3]netip.Addr {
 	base := [3]byte{byte(1 + rand.IntN(254)), byte(rand.IntN(256)), byte(1 + rand.IntN(250))}
@@ -77,8 +105,7 @@ func randomLoopback() [3]netip.Addr {
 
 // buildLibibverbs builds softhca's drop-in libibverbs.so.1 into dir, as
 // `make libibverbs` does.
-func buildLibibverbs(t *testing.T, dir string) error {
-	t.Helper()
+func buildLibibverbs(dir string) error {
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(self), "..", "..")
 	mapFile := filepath.Join(root, "libibverbs", "libibverbs.map")
