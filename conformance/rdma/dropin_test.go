@@ -23,8 +23,12 @@ import (
 // temporary directory (or taken from $SOFTHCA_LIB, a directory holding
 // libibverbs.so.1). SOFTHCA_CONFORMANCE_RUN limits the cases to a
 // regular expression. The devices bind random loopback addresses, so
-// that other suites running at the same time keep theirs.
+// that other suites running at the same time keep theirs. It takes
+// minutes (an agent process per device), and -short skips it.
 func TestDropIn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the whole suite through the drop-in library takes minutes")
+	}
 	agent, lib := dropInLib(t)
 	target := DropInAt("softhca0", lib, agent, randomLoopback())
 	cases := conformance.Cases()
@@ -42,16 +46,42 @@ func TestDropIn(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			r := conformance.RunCase(target, c)
 			msg := strings.Join(r.Messages, "\n")
-			switch r.Outcome {
-			case conformance.Passed:
-			case conformance.Failed:
+			why, known := dropInKnown[c.Name]
+			switch {
+			case r.Outcome == conformance.Failed && known:
+				t.Skipf("known difference: %s\n%s", why, msg)
+			case known:
+				t.Fatalf("%s %s through the drop-in library: remove it from dropInKnown (%s)", c.Name, r.Outcome, why)
+			case r.Outcome == conformance.Failed:
 				t.Fatalf("%s [%s]\n%s\n%s", c.Name, c.Label, c.Cite, msg)
-			case conformance.Skipped:
+			case r.Outcome == conformance.Skipped:
 				t.Skip(msg)
 			}
 		})
 	}
 }
+
+// dropInKnown are the cases that pass against softhca's Go API and fail
+// through the drop-in library, and why. Each is a difference of the
+// setting, not of softhca: TestDropIn reports them as skipped, and fails
+// when one starts passing.
+var dropInKnown = map[string]string{
+	"destroy_cq/waits-for-event-ack":                    interruptedDestroy,
+	"destroy_qp/waits-for-async-event-ack":              interruptedDestroy,
+	"modify_qp/to-ERR/flushes-each-queue-in-post-order": ucSendsComplete,
+	"post_send/opcode/UC-supported-accepted":            ucSendsComplete,
+	"post_send/wr_id-returned-in-completion":            ucSendsComplete,
+}
+
+const (
+	interruptedDestroy = "not expressible in C: ibv_destroy_cq/ibv_destroy_qp cannot be interrupted, and " +
+		"libibverbs destroys the object before it waits for the acknowledgements (ibv_cmd_destroy_*); " +
+		"that the object survives a destroy whose wait the context ended is a property of softhca's Go API"
+	ucSendsComplete = "a device with a network: the case posts UC sends in RTS and expects them flushed by the " +
+		"modify to ERR, but a UC send completes once transmitted; the Go API's Open makes a device without " +
+		"a link, the drop-in library's device has its UDP link (as rxe has its netdev), so the sends " +
+		"complete successfully first"
+)
 
 var (
 	libOnce sync.Once
@@ -75,7 +105,9 @@ func dropInLib(t *testing.T) (agent, lib string) {
 		if libDir = os.Getenv("SOFTHCA_LIB"); libDir != "" {
 			return
 		}
-		if libDir, libErr = os.MkdirTemp("", "softhca-lib"); libErr == nil {
+		// Not t.TempDir: the library outlives the test that builds it
+		// (TestMain removes it).
+		if libDir, libErr = os.MkdirTemp("", "softhca-lib"); libErr == nil { //nolint:usetesting // shared by the tests; TestMain removes it
 			libErr = buildLibibverbs(libDir)
 		}
 	})
