@@ -14,14 +14,23 @@ import (
 
 // runConformance runs the conformance suite against softhca in process and
 // prints one row per case and the summary line "N passed, N failed, N
-// skipped". The exit status is 1 if any case failed.
+// skipped" (plus expected failures and unexpected passes, when a case
+// declares a deviation for the target's implementation); -report writes
+// the results as JSON too. The exit status is 1 if any case failed or
+// passed unexpectedly. "softhca conformance report" merges JSON reports
+// (conformance_report.go).
 func runConformance(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "report" {
+		return runConformanceReport(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	run := fs.String("run", "", "run only cases whose name matches this regular expression")
 	verbose := fs.Bool("v", false, "print the citation of every case and the messages of skipped cases")
+	reportFile := fs.String("report", "", "also write the results as JSON to `FILE.json` (merge runs with 'softhca conformance report')")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: softhca conformance [-run REGEXP] [-v]")
+		fmt.Fprintln(stderr, "usage: softhca conformance [-run REGEXP] [-v] [-report FILE.json]")
+		fmt.Fprintln(stderr, "       softhca conformance report [-o FILE.md] RUN.json...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -56,8 +65,12 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 		if *verbose {
 			fmt.Fprintf(w, "\t  %s\t\n", r.Case.Cite)
 		}
-		if r.Outcome == conformance.Failed || (*verbose && r.Outcome == conformance.Skipped) {
-			for _, m := range r.Messages {
+		msgs := r.Messages
+		if r.Outcome == conformance.ExpectedFailure && !*verbose && len(msgs) > 0 {
+			msgs = msgs[len(msgs)-1:] // the deviation and its citation
+		}
+		if r.Outcome.FailsRun() || r.Outcome == conformance.ExpectedFailure || (*verbose && r.Outcome == conformance.Skipped) {
+			for _, m := range msgs {
 				for _, line := range strings.Split(m, "\n") {
 					fmt.Fprintf(w, "\t  %s\t\n", line)
 				}
@@ -65,10 +78,16 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	w.Flush()
-	passed, failed, skipped := conformance.Summary(results)
+	counts := conformance.Tally(results)
 	fmt.Fprintf(stdout, "target %s: %d cases\n", target.Name(), len(results))
-	fmt.Fprintf(stdout, "%d passed, %d failed, %d skipped\n", passed, failed, skipped)
-	if failed > 0 {
+	fmt.Fprintf(stdout, "%s\n", counts)
+	if *reportFile != "" {
+		if err := writeRunReport(*reportFile, target, results); err != nil {
+			fmt.Fprintf(stderr, "softhca conformance: -report: %v\n", err)
+			return exitFailure
+		}
+	}
+	if !counts.OK() {
 		return exitFailure
 	}
 	return exitOK

@@ -59,12 +59,19 @@
 //
 // # conformance
 //
-//	softhca conformance [-run REGEXP] [-v]
+//	softhca conformance [-run REGEXP] [-v] [-report FILE.json]
+//	softhca conformance report [-o FILE.md] RUN.json...
 //
 // conformance runs every case of package conformance against softhca in
 // process, prints PASS/FAIL/SKIP per case with its label (spec or
 // implementation-defined), and ends with "N passed, N failed, N skipped".
-// The exit status is 1 if any case failed.
+// A case that declares a deviation for the target's implementation
+// reports XFAIL when it fails (with the deviation's citation) and XPASS
+// when it passes. The exit status is 1 if any case failed or passed
+// unexpectedly. -report writes the run as JSON; "conformance report"
+// merges such runs (softhca, its libibverbs, rxe, ...) into one Markdown
+// document: counts per run, one row per case with a column per run, and
+// every deviation with its citation.
 //
 // # decode
 //
