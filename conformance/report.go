@@ -131,7 +131,11 @@ func (r *Report) check() error {
 		return errors.New("no target name")
 	}
 	seen := make(map[string]bool, len(r.Cases))
-	for i, row := range r.Cases {
+	for i := range r.Cases {
+		if len(r.Cases[i].Messages) == 0 {
+			r.Cases[i].Messages = nil // as WriteReport leaves an empty list out
+		}
+		row := r.Cases[i]
 		if row.Name == "" {
 			return fmt.Errorf("case %d has no name", i)
 		}
