@@ -41,6 +41,12 @@ type Case struct {
 	Label Label
 	// Run checks the rule. It gets a fresh device and fails through t.
 	Run func(t *T, d Device)
+	// Deviations are the implementations known not to follow the rule
+	// (or, for an ImplementationDefined case, to make another choice),
+	// each with where that behaviour comes from. On a target whose
+	// Implementation has one, a failure is an ExpectedFailure and a
+	// pass an UnexpectedPass (see deviation.go).
+	Deviations []Deviation
 }
 
 var (
@@ -56,6 +62,9 @@ func Register(cs ...Case) {
 	for _, c := range cs {
 		if c.Name == "" || c.Cite == "" || c.Run == nil {
 			panic("conformance: case " + c.Name + " needs a name, a citation and a Run function")
+		}
+		if err := checkDeviations(c.Deviations); err != nil {
+			panic("conformance: case " + c.Name + ": " + err.Error())
 		}
 		if _, dup := registry[c.Name]; dup {
 			panic("conformance: duplicate case " + c.Name)
@@ -81,22 +90,70 @@ type Outcome uint8
 
 // Outcomes.
 const (
+	// Passed: the rule held.
 	Passed Outcome = iota
+	// Failed: the rule did not hold, and no deviation is declared for
+	// the target's implementation. It fails the run.
 	Failed
+	// Skipped: the target lacks something the case needs.
 	Skipped
+	// ExpectedFailure: the rule did not hold on an implementation with
+	// a declared Deviation (XFAIL). It does not fail the run; reports
+	// show the deviation's citation.
+	ExpectedFailure
+	// UnexpectedPass: the rule held on an implementation with a
+	// declared Deviation (XPASS). It fails the run, so that the list of
+	// deviations stays true: remove the deviation, or find out why the
+	// case no longer sees it.
+	UnexpectedPass
 )
 
-// String returns "PASS", "FAIL" or "SKIP".
+var outcomeNames = [...]string{"PASS", "FAIL", "SKIP", "XFAIL", "XPASS"}
+
+// String returns "PASS", "FAIL", "SKIP", "XFAIL" or "XPASS".
 func (o Outcome) String() string {
-	return [...]string{"PASS", "FAIL", "SKIP"}[o]
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// FailsRun reports whether the outcome makes the run fail: Failed and
+// UnexpectedPass do.
+func (o Outcome) FailsRun() bool { return o == Failed || o == UnexpectedPass }
+
+// ParseOutcome is the inverse of Outcome.String.
+func ParseOutcome(s string) (Outcome, error) {
+	for i, n := range outcomeNames {
+		if s == n {
+			return Outcome(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown outcome %q (want one of %s)", s, strings.Join(outcomeNames[:], ", "))
+}
+
+// ParseLabel is the inverse of Label.String.
+func ParseLabel(s string) (Label, error) {
+	switch s {
+	case Spec.String():
+		return Spec, nil
+	case ImplementationDefined.String():
+		return ImplementationDefined, nil
+	}
+	return 0, fmt.Errorf("unknown label %q (want %q or %q)", s, Spec, ImplementationDefined)
 }
 
 // Result is the outcome of one case.
 type Result struct {
-	Case     Case
-	Outcome  Outcome
-	Messages []string // failure or skip reasons, with file:line
+	Case    Case
+	Outcome Outcome
+	// Messages are the failure or skip reasons, with file:line; for an
+	// UnexpectedPass, the reason it is one.
+	Messages []string
 	Duration time.Duration
+	// Deviation is the case's declared deviation for the target's
+	// implementation, or nil.
+	Deviation *Deviation
 }
 
 // T is the handle a case reports through, shaped like testing.T.
@@ -171,8 +228,9 @@ func Run(target Target, cases []Case) []Result {
 func RunCase(target Target, c Case) (r Result) {
 	t := &T{name: c.Name, target: target}
 	start := time.Now()
+	impl := ImplementationOf(target)
 	defer func() {
-		r = Result{Case: c, Duration: time.Since(start), Messages: t.messages}
+		r = Result{Case: c, Duration: time.Since(start), Messages: t.messages, Deviation: c.DeviationFor(impl)}
 		switch {
 		case t.failed:
 			r.Outcome = Failed
@@ -181,6 +239,7 @@ func RunCase(target Target, c Case) (r Result) {
 		default:
 			r.Outcome = Passed
 		}
+		r.Outcome, r.Messages = applyDeviation(r.Outcome, r.Deviation, r.Messages)
 	}()
 	d, err := target.Open()
 	if err != nil {
@@ -208,19 +267,62 @@ func RunCase(target Target, c Case) (r Result) {
 	return
 }
 
-// Summary counts outcomes: "N passed, N failed, N skipped".
+// Summary counts outcomes in three numbers: failed counts the outcomes
+// that fail the run (Failed and UnexpectedPass), passed those that do
+// not (Passed and ExpectedFailure), skipped the skipped cases. Tally
+// tells the five outcomes apart.
 func Summary(results []Result) (passed, failed, skipped int) {
+	c := Tally(results)
+	return c.Passed + c.ExpectedFailures, c.Failed + c.UnexpectedPasses, c.Skipped
+}
+
+// Counts are the number of results of each outcome.
+type Counts struct {
+	Passed, Failed, Skipped, ExpectedFailures, UnexpectedPasses int
+}
+
+// Tally counts the results by outcome.
+func Tally(results []Result) Counts {
+	var c Counts
 	for _, r := range results {
-		switch r.Outcome {
-		case Passed:
-			passed++
-		case Failed:
-			failed++
-		case Skipped:
-			skipped++
-		}
+		c.Add(r.Outcome)
 	}
-	return
+	return c
+}
+
+// Add counts one outcome.
+func (c *Counts) Add(o Outcome) {
+	switch o {
+	case Passed:
+		c.Passed++
+	case Failed:
+		c.Failed++
+	case Skipped:
+		c.Skipped++
+	case ExpectedFailure:
+		c.ExpectedFailures++
+	case UnexpectedPass:
+		c.UnexpectedPasses++
+	}
+}
+
+// Total is the number of results counted.
+func (c Counts) Total() int {
+	return c.Passed + c.Failed + c.Skipped + c.ExpectedFailures + c.UnexpectedPasses
+}
+
+// OK reports whether the run passes: no failure and no unexpected pass.
+func (c Counts) OK() bool { return c.Failed == 0 && c.UnexpectedPasses == 0 }
+
+// String is the summary line `softhca conformance` prints: "N passed, N
+// failed, N skipped", followed by the expected failures and unexpected
+// passes when there are any.
+func (c Counts) String() string {
+	s := fmt.Sprintf("%d passed, %d failed, %d skipped", c.Passed, c.Failed, c.Skipped)
+	if c.ExpectedFailures > 0 || c.UnexpectedPasses > 0 {
+		s += fmt.Sprintf(", %d expected failures (declared deviations), %d unexpected passes", c.ExpectedFailures, c.UnexpectedPasses)
+	}
+	return s
 }
 
 // ErrnoOf returns the errno an error wraps, or 0.

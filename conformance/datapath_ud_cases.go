@@ -72,15 +72,30 @@ func init() {
 			Cite:  `IBTA 10.3.1 (Send Queue Error state): a UD or UC QP whose send WR completes in error enters SQE; the WR completes with the error and every other outstanding send WR with IBV_WC_WR_FLUSH_ERR, while the receive queue keeps working (ibv_poll_cq(3): IBV_WC_LOC_PROT_ERR for a bad local element). rxe moves to ERR instead (it never enters SQE)`,
 			Label: Spec,
 			Run:   dpUDSQE,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeErrorToERR,
+				Note: "a UD send that completes in error moves the QP to ERROR (flushing both queues), never to SQE",
+			}},
 		},
 		Case{
 			Name:  "datapath/ud/sqe-to-rts-resumes-sending",
 			Cite:  `ibv_modify_qp(3)/IBTA 10.3.1 table 91: SQE -> RTS is a legal transition (UD/UC) that returns the QP to normal operation; sends posted afterwards are delivered`,
 			Label: Spec,
 			Run:   dpUDSQEToRTS,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeErrorToERR,
+				Note: "the failed UD send leaves the QP in ERROR, not SQE, so there is no SQE -> RTS to take",
+			}},
 		},
 	)
 }
+
+// rxeErrorToERR is where rxe's handling of a send completed in error
+// comes from: every error goes through the completer's COMPST_ERROR, which
+// moves the QP to ERR whatever its type.
+const rxeErrorToERR = `drivers/infiniband/sw/rxe/rxe_comp.c: get_wqe() returns COMPST_ERROR for a WQE the requester marked wqe_state_error (rxe_req.c: rxe_requester() "err: wqe->state = wqe_state_error"), and rxe_completer() "case COMPST_ERROR: ... do_complete(qp, wqe); rxe_qp_error(qp);"; rxe_qp.c: rxe_qp_error() sets "qp->attr.qp_state = IB_QPS_ERR" (read at torvalds/linux 06a7fcfc9a32 and later)`
 
 // dpUDPair connects UD QPs on a and b and returns them with an address
 // handle from a to b.

@@ -16,8 +16,15 @@ import (
 // runConformance runs the conformance suite against a target (softhca in
 // process by default, or a libibverbs device through the verbs agent)
 // and prints one row per case and the summary line "N passed, N failed,
-// N skipped". The exit status is 1 if any case failed.
+// N skipped" (plus expected failures and unexpected passes, when a case
+// declares a deviation for the target's implementation); -report writes
+// the results as JSON too. The exit status is 1 if any case failed or
+// passed unexpectedly. "softhca conformance report" merges JSON reports
+// (conformance_report.go).
 func runConformance(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "report" {
+		return runConformanceReport(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	run := fs.String("run", "", "run only cases whose name matches this regular expression")
@@ -25,8 +32,10 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 	targetName := fs.String("target", "softhca", "`softhca` (in process) or rdma:DEVICE (a libibverbs device, e.g. rdma:rxe0)")
 	agent := fs.String("agent", "", "a prebuilt shca-verbs-agent for rdma:DEVICE (default: build the embedded agent.c; needs gcc and libibverbs-dev)")
 	lib := fs.String("lib", "", "for rdma:DEVICE, run the agents on softhca's drop-in libibverbs.so.1 in this `directory`, devices on 127.0.0.3 and the pair on 127.0.0.1 and 127.0.0.2")
+	reportFile := fs.String("report", "", "also write the results as JSON to `FILE.json` (merge runs with 'softhca conformance report')")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR]]")
+		fmt.Fprintln(stderr, "usage: softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR]] [-report FILE.json]")
+		fmt.Fprintln(stderr, "       softhca conformance report [-o FILE.md] RUN.json...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -65,8 +74,12 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 		if *verbose {
 			fmt.Fprintf(w, "\t  %s\t\n", r.Case.Cite)
 		}
-		if r.Outcome == conformance.Failed || (*verbose && r.Outcome == conformance.Skipped) {
-			for _, m := range r.Messages {
+		msgs := r.Messages
+		if r.Outcome == conformance.ExpectedFailure && !*verbose && len(msgs) > 0 {
+			msgs = msgs[len(msgs)-1:] // the deviation and its citation
+		}
+		if r.Outcome.FailsRun() || r.Outcome == conformance.ExpectedFailure || (*verbose && r.Outcome == conformance.Skipped) {
+			for _, m := range msgs {
 				for _, line := range strings.Split(m, "\n") {
 					fmt.Fprintf(w, "\t  %s\t\n", line)
 				}
@@ -74,10 +87,16 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	w.Flush()
-	passed, failed, skipped := conformance.Summary(results)
+	counts := conformance.Tally(results)
 	fmt.Fprintf(stdout, "target %s: %d cases\n", target.Name(), len(results))
-	fmt.Fprintf(stdout, "%d passed, %d failed, %d skipped\n", passed, failed, skipped)
-	if failed > 0 {
+	fmt.Fprintf(stdout, "%s\n", counts)
+	if *reportFile != "" {
+		if err := writeRunReport(*reportFile, target, results); err != nil {
+			fmt.Fprintf(stderr, "softhca conformance: -report: %v\n", err)
+			return exitFailure
+		}
+	}
+	if !counts.OK() {
 		return exitFailure
 	}
 	return exitOK

@@ -59,7 +59,8 @@
 //
 // # conformance
 //
-//	softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR]]
+//	softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR]] [-report FILE.json]
+//	softhca conformance report [-o FILE.md] RUN.json...
 //
 // conformance runs every case of package conformance against softhca in
 // process (--target softhca, the default) or against a device libibverbs
@@ -69,7 +70,13 @@
 // runs the agents on softhca's drop-in libibverbs.so.1 in that
 // directory). It prints PASS/FAIL/SKIP per case with its label (spec or
 // implementation-defined), and ends with "N passed, N failed, N skipped".
-// The exit status is 1 if any case failed.
+// A case that declares a deviation for the target's implementation
+// reports XFAIL when it fails (with the deviation's citation) and XPASS
+// when it passes. The exit status is 1 if any case failed or passed
+// unexpectedly. -report writes the run as JSON; "conformance report"
+// merges such runs (softhca, its libibverbs, rxe, ...) into one Markdown
+// document: counts per run, one row per case with a column per run, and
+// every deviation with its citation.
 //
 // # decode
 //

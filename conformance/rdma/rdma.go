@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -19,12 +20,13 @@ import (
 // The backend's abilities, checked at compile time: a renamed method
 // would otherwise make the cases that need it skip silently.
 var (
-	_ conformance.PairTarget         = (*Target)(nil)
-	_ conformance.AddrTarget         = (*AddrTarget)(nil)
-	_ conformance.PairTarget         = (*AddrTarget)(nil)
-	_ conformance.TransportDiagnoser = (*device)(nil)
-	_ conformance.TMPD               = (*pd)(nil)
-	_ conformance.TMSRQ              = (*srq)(nil)
+	_ conformance.PairTarget          = (*Target)(nil)
+	_ conformance.AddrTarget          = (*AddrTarget)(nil)
+	_ conformance.PairTarget          = (*AddrTarget)(nil)
+	_ conformance.TransportDiagnoser  = (*device)(nil)
+	_ conformance.ImplementationNamer = (*Target)(nil)
+	_ conformance.TMPD                = (*pd)(nil)
+	_ conformance.TMSRQ               = (*srq)(nil)
 )
 
 // Target opens devices that libibverbs drives, each through its own
@@ -42,10 +44,24 @@ type Target struct {
 	// SOFTHCA_ADDR; with rxe, nothing: both open the same device and
 	// reach each other through it).
 	PairEnv [2][]string
+	// Impl names the implementation behind the device, the name cases
+	// declare deviations under (conformance.ImplRxe, ...); empty takes
+	// the device name without its index ("rxe0" is "rxe", "mlx5_0"
+	// "mlx5").
+	Impl string
 }
 
 // Name returns "rdma:DEVICE".
 func (t *Target) Name() string { return "rdma:" + t.Device }
+
+// Implementation returns Impl, or the implementation the device's name
+// says (conformance.ImplementationNamer).
+func (t *Target) Implementation() string {
+	if t.Impl != "" {
+		return t.Impl
+	}
+	return strings.TrimSuffix(strings.TrimRight(t.Device, "0123456789"), "_")
+}
 
 func (t *Target) agentPath() (string, error) {
 	if t.Agent != "" {
@@ -111,7 +127,7 @@ func DropInAt(device, libDir, agent string, addrs [3]netip.Addr) *AddrTarget {
 	}
 	return &AddrTarget{
 		Target: Target{Device: device, Agent: agent, Env: env(addrs[0]),
-			PairEnv: [2][]string{env(addrs[1]), env(addrs[2])}},
+			PairEnv: [2][]string{env(addrs[1]), env(addrs[2])}, Impl: conformance.ImplSofthcaLib},
 		Addrs: []netip.Addr{addrs[0]},
 	}
 }

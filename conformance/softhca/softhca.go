@@ -28,11 +28,12 @@ import (
 // The backend's optional abilities, checked at compile time: a renamed
 // method would otherwise make the cases that need it skip silently.
 var (
-	_ conformance.PairTarget         = (*Target)(nil)
-	_ conformance.AddrTarget         = (*Target)(nil)
-	_ conformance.TransportDiagnoser = (*shDevice)(nil)
-	_ conformance.TMPD               = (*shPD)(nil)
-	_ conformance.TMSRQ              = (*shSRQ)(nil)
+	_ conformance.PairTarget          = (*Target)(nil)
+	_ conformance.ImplementationNamer = (*Target)(nil)
+	_ conformance.AddrTarget          = (*Target)(nil)
+	_ conformance.TransportDiagnoser  = (*shDevice)(nil)
+	_ conformance.TMPD                = (*shPD)(nil)
+	_ conformance.TMSRQ               = (*shSRQ)(nil)
 )
 
 // Target is the in-process softhca backend.
@@ -50,6 +51,10 @@ func DefaultAddrs() []netip.Addr {
 
 // Name returns "softhca".
 func (s *Target) Name() string { return "softhca" }
+
+// Implementation returns conformance.ImplSofthca: the deviations a case
+// declares for softhca apply to this backend.
+func (s *Target) Implementation() string { return conformance.ImplSofthca }
 
 // PortAddrs returns the IP addresses of port 1 of the devices Open makes,
 // in GID order (conformance.AddrTarget).
