@@ -210,3 +210,15 @@ func Ctx(t *T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// SkipIfDestroysFirst ends a case that goes on to use an object whose
+// destroy was interrupted while it waited for event acknowledgements,
+// on a device that destroys before it waits (DestroyOrderer): there the
+// object is gone, as libibverbs defines it.
+func SkipIfDestroysFirst(t *T, d Device, object string) {
+	t.Helper()
+	if o, ok := d.(DestroyOrderer); ok && o.DestroysBeforeWaiting() {
+		t.Skipf("target %s destroys the %s before it waits for the acknowledgements (libibverbs' order, a wait C cannot interrupt): "+
+			"what survives an interrupted destroy is a property of softhca's Go API", t.Target().Name(), object)
+	}
+}

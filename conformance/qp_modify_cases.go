@@ -203,9 +203,12 @@ func init() {
 				f := NewFixture(t, d)
 				rcq, err := d.CreateCQ(16, nil, nil, 0)
 				ExpectOK(t, err, "create_cq")
-				q, err := f.PD.CreateQP(&QPInitAttr{SendCQ: f.CQ, RecvCQ: rcq, Cap: DefaultCap, QPType: verbs.QPTypeUC})
+				// RC: its sends wait for acknowledgements nobody sends,
+				// so they are outstanding on any device (a UC send
+				// completes once sent).
+				q, err := f.PD.CreateQP(&QPInitAttr{SendCQ: f.CQ, RecvCQ: rcq, Cap: DefaultCap, QPType: verbs.QPTypeRC})
 				ExpectOK(t, err, "create_qp")
-				f.Walk(t, q, verbs.QPTypeUC, qsRTS, qpPeerQPN)
+				f.Walk(t, q, verbs.QPTypeRC, qsRTS, qpPeerQPN)
 				qpPostRecv(t, q, qpRecvWR(0xa1, f.MR.SGE(0, 16)))
 				qpPostSend(t, q, qpSendWR(0xb1, f.MR.SGE(16, 16)))
 				qpPostRecv(t, q, qpRecvList(qpRecvWR(0xa2, f.MR.SGE(32, 16)), qpRecvWR(0xa3)))

@@ -55,6 +55,18 @@ type TransportDiagnoser interface {
 	TransportDiag() string
 }
 
+// DestroyOrderer is a Device that says in which order its Destroy
+// methods destroy an object and wait for the acknowledgement of its
+// events. libibverbs destroys the object first and then waits, in C,
+// without a way to interrupt the wait (ibv_cmd_destroy_cq and
+// ibv_cmd_destroy_qp); softhca's Go API waits first, so that a destroy
+// whose context ends leaves the object intact. A backend without it
+// waits first. The cases that check what survives an interrupted wait
+// skip on a device that destroys first, naming why.
+type DestroyOrderer interface {
+	DestroysBeforeWaiting() bool
+}
+
 // Device is an open device (ibv_context).
 type Device interface {
 	QueryDevice() verbs.DeviceAttr

@@ -25,6 +25,7 @@ var (
 	_ conformance.PairTarget          = (*AddrTarget)(nil)
 	_ conformance.TransportDiagnoser  = (*device)(nil)
 	_ conformance.ImplementationNamer = (*Target)(nil)
+	_ conformance.DestroyOrderer      = (*device)(nil)
 	_ conformance.TMPD                = (*pd)(nil)
 	_ conformance.TMSRQ               = (*srq)(nil)
 )
@@ -379,6 +380,11 @@ func (d *device) SetAsyncNonBlocking(nb bool) {
 // Close ends the agent (which releases every object it made) and then
 // releases the runner's copies of fds and MR memory: Bytes() of the
 // device's MRs must not be used after Close.
+// DestroysBeforeWaiting reports true: the agent calls the destroy verb,
+// which in libibverbs destroys the object and then waits for the
+// acknowledgement of its events (conformance.DestroyOrderer).
+func (d *device) DestroysBeforeWaiting() bool { return true }
+
 func (d *device) Close() error {
 	var one [8]byte
 	one[0] = 1
