@@ -11,8 +11,8 @@ import (
 // the limit arm), posting, and destruction.
 //
 // IBV_EVENT_SRQ_LIMIT_REACHED needs receives taken from the SRQ, which
-// only arriving data does; no case triggers it until there is a transport
-// engine.
+// only arriving data does: the data-path cases datapath/srq/limit-event-*
+// (more_datapath_cases.go) trigger it.
 
 func init() {
 	Register(
