@@ -263,10 +263,10 @@ func init() {
 		},
 
 		qpQueryCase("RC-INIT", verbs.QPTypeRC, qsInit),
-		qpQueryCase("RC-RTR", verbs.QPTypeRC, qsRTR),
-		qpQueryCase("RC-RTS", verbs.QPTypeRC, qsRTS),
-		qpQueryCase("UC-RTR", verbs.QPTypeUC, qsRTR),
-		qpQueryCase("UC-RTS", verbs.QPTypeUC, qsRTS),
+		rxeDeviates(qpQueryCase("RC-RTR", verbs.QPTypeRC, qsRTR), rxeHopLimit, rxeHopLimitNote),
+		rxeDeviates(qpQueryCase("RC-RTS", verbs.QPTypeRC, qsRTS), rxeHopLimit, rxeHopLimitNote),
+		rxeDeviates(qpQueryCase("UC-RTR", verbs.QPTypeUC, qsRTR), rxeHopLimit, rxeHopLimitNote),
+		rxeDeviates(qpQueryCase("UC-RTS", verbs.QPTypeUC, qsRTS), rxeHopLimit, rxeHopLimitNote),
 		qpQueryCase("UD-INIT", verbs.QPTypeUD, qsInit),
 		qpQueryCase("UD-RTS", verbs.QPTypeUD, qsRTS),
 

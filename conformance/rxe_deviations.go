@@ -33,3 +33,9 @@ const rxeCreateQPSRQ = `Linux 6.1.192 drivers/infiniband/core/uverbs_std_types_q
 // rxeSGIDWithoutGID is where rxe's ENODATA for an empty source GID comes
 // from.
 const rxeSGIDWithoutGID = `Linux 6.1.192 drivers/infiniband/core/verbs.c _ib_modify_qp() -> rdma_fill_sgid_attr() -> core/cache.c rdma_get_gid_attr(): "const struct ib_gid_attr *attr = ERR_PTR(-ENODATA); ... if (!is_gid_entry_valid(table->data_vec[index])) goto done;" (EINVAL only for an index outside the table)`
+
+// rxeHopLimit is why rxe reports another hop limit than the one an RC or
+// UC QP's AV was given.
+const rxeHopLimit = `Linux 6.1.192 drivers/infiniband/core/verbs.c _ib_modify_qp(): for a RoCE AV of a connected QP (RC/UC) from user space it calls ib_resolve_eth_dmac() -> ib_resolve_unicast_gid_dmac(), which resolves the route with rdma_addr_find_l2_eth_by_grh() and then does "grh->hop_limit = hop_limit;" with the route's value (core/addr.c addr4_resolve(): "addr->hoplimit = ip4_dst_hoplimit(&rt->dst)", 64 by default); rxe_qp_from_attr() stores that AV and rxe_query_qp() returns it. Also sw/rxe/rxe_qp.c rxe_qp_from_attr() stores max_dest_rd_atomic as roundup_pow_of_two(max_dest_rd_atomic)`
+
+const rxeHopLimitNote = "reports the route's hop limit (64) instead of the ah_attr.grh.hop_limit set (33); an RC QP also reports max_dest_rd_atomic 3 as 4"

@@ -45,6 +45,11 @@ func init() {
 			Name:  "query_srq/after-create",
 			Cite:  `ibv_create_srq(3): "the values of max_wr and max_sge will be greater than or equal to the values requested"; srq_limit is "irrelevant for ibv_create_srq"; ibv_query_srq(3): "If the value returned for srq_limit is 0, then the SRQ limit reached ("low watermark") event is not (or no longer) armed"`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: `Linux 6.1.192 drivers/infiniband/sw/rxe/rxe_srq.c rxe_srq_from_init(): "srq->limit = init->attr.srq_limit;" and rxe_verbs.c rxe_query_srq(): "attr->srq_limit = srq->limit;"`,
+				Note: "keeps the srq_limit given to create_srq and reports it (2) from query_srq",
+			}},
 			Run: func(t *T, d Device) {
 				f := NewFixture(t, d)
 				s, err := f.PD.CreateSRQ(verbs.SRQAttr{MaxWR: 5, MaxSGE: 3, SRQLimit: 2}, nil)
