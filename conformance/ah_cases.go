@@ -73,11 +73,17 @@ func init() {
 		},
 		Case{
 			Name:  "create_ah/valid-keeps-attributes",
-			Cite:  `ibv_create_ah(3): "creates an address handle (AH) associated with the protection domain pd" from the ibv_ah_attr given; the handle carries that address vector to ibv_post_send`,
+			Cite:  `ibv_create_ah(3): "creates an address handle (AH) associated with the protection domain pd" from the ibv_ah_attr given; the handle carries that address vector to ibv_post_send. Each populated source GID is tried whose address is of the destination's family: on RoCE v2 the two GIDs are the source and destination addresses of one IP header (IBTA annex A17), so an IPv6 source cannot reach an IPv4-mapped destination (the kernel's rdma_resolve_ip() refuses a mixed pair with EINVAL)`,
 			Label: Spec,
 			Run: func(t *T, d Device) {
 				f := NewFixture(t, d)
+				v4 := f.PeerGID(t).Addr().Is4()
 				for _, idx := range nqPopulatedGIDs(t, d) {
+					g, err := d.QueryGID(1, idx)
+					ExpectOK(t, err, "query_gid "+strconv.Itoa(idx))
+					if g.Addr().Is4() != v4 {
+						continue
+					}
 					a := nqAHAttr(t, f)
 					a.GRH.SGIDIndex = uint8(idx)
 					a.GRH.FlowLabel, a.GRH.TrafficClass, a.GRH.HopLimit = 0x12345, 0x20, 17

@@ -26,20 +26,35 @@ func init() {
 	Register(
 		Case{
 			Name:  "datapath/rc/send-longer-than-receive-buffer",
-			Cite:  dpLenCite + `; IBTA 9.9.3 (responder class C error): the responder NAKs Invalid Request and enters ERR, the requester completes the WR with IBV_WC_REM_INV_REQ_ERR and enters ERR, later WRs on both sides are flushed. rxe (rxe_resp.c, RESPST_ERR_LENGTH for RC) reports IBV_WC_REM_INV_REQ_ERR instead of IBV_WC_LOC_LEN_ERR on the receive WR of current kernels (LOC_LEN_ERR on older ones)`,
+			Cite:  dpLenCite + `; IBTA 9.9.3 (responder class C error): the responder NAKs Invalid Request and enters ERR, the requester completes the WR with IBV_WC_REM_INV_REQ_ERR and enters ERR, later WRs on both sides are flushed`,
 			Label: Spec,
-			Run:   dpRCTooLong,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeCopyDataLength,
+				Note: "completes the receive WR the message did not fit with IBV_WC_LOC_QP_OP_ERR, not IBV_WC_LOC_LEN_ERR",
+			}},
+			Run: dpRCTooLong,
 		},
 		Case{
 			Name:  "datapath/uc/send-longer-than-receive-buffer",
-			Cite:  dpLenCite + `; UC has no acknowledgements: the sender completes successfully. rxe (rxe_resp.c, class D) drops the message silently instead`,
+			Cite:  dpLenCite + `; UC has no acknowledgements: the sender completes successfully`,
 			Label: Spec,
-			Run:   dpUCTooLong,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeCopyDataLength,
+				Note: "completes the receive WR the message did not fit with IBV_WC_LOC_QP_OP_ERR, not IBV_WC_LOC_LEN_ERR",
+			}},
+			Run: dpUCTooLong,
 		},
 		Case{
 			Name:  "datapath/rc/local-protection/bad-lkey",
 			Cite:  `ibv_poll_cq(3): IBV_WC_LOC_PROT_ERR "Local Protection Error: the locally posted Work Request's buffers in the scatter/gather list does not reference a Memory Region that is valid for the requested operation"; an RC QP then enters ERR and flushes the rest (IBTA 10.3.1)`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: `Linux 6.1.192 drivers/infiniband/sw/rxe/rxe_req.c rxe_requester(): finish_packet() -> fill_packet() -> rxe_mr.c copy_data(), where lookup_mr() finds no MR for the lkey ("err = -EINVAL"), and then "if (err == -EFAULT) wqe->status = IB_WC_LOC_PROT_ERR; else wqe->status = IB_WC_LOC_QP_OP_ERR;"`,
+				Note: "completes a SEND whose lkey names no MR with IBV_WC_LOC_QP_OP_ERR, not IBV_WC_LOC_PROT_ERR",
+			}},
 			Run: func(t *T, d Device) {
 				dpLocalProt(t, verbs.WRSend, func(a *dpSide) verbs.SGE {
 					s := a.MR.SGE(0, 64)

@@ -19,7 +19,12 @@ func init() {
 			Name:  "datapath/ud/grh-area-and-completion",
 			Cite:  dpGRHCite,
 			Label: Spec,
-			Run:   dpUDGRH,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: `Linux 6.1.192 drivers/infiniband/sw/rxe/rxe_net.c: rxe_prepare() sets RXE_LOOPBACK_MASK when "ether_addr_equal(skb->dev->dev_addr, av->dmac)" (both QPs on one device, as in the suite's runs), and rxe_xmit_packet() then hands the skb to rxe_loopback() -> rxe_rcv() instead of ip_local_out(); prepare_ipv4_hdr() fills the IPv4 header without its checksum, which only net/ipv4/ip_output.c __ip_local_out() sets ("ip_send_check(iph)"); rxe_resp.c execute() copies that header into the GRH area as it is ("memcpy(&hdr.roce4grh, ip_hdr(skb), ...)")`,
+				Note: "a message looped back on one device carries an IPv4 header whose checksum was never computed into the GRH area",
+			}},
+			Run: dpUDGRH,
 		},
 		Case{
 			Name:  "datapath/ud/send-with-imm",
@@ -47,9 +52,14 @@ func init() {
 		},
 		Case{
 			Name:  "datapath/ud/message-longer-than-receive-buffer-is-dropped",
-			Cite:  `ibv_post_recv(3) (seed 000): "受信したメッセージ長が Receive WR の受信領域長よりも大きい場合は、UD QP ではメッセージが破棄され" (a message longer than the receive buffer is dropped on a UD QP); no completion, and the receive WR is not consumed: the next message that fits uses it (rxe: RESPST_ERR_LENGTH, class D, the WQE is left at the head)`,
+			Cite:  `ibv_post_recv(3) (seed 000): "受信したメッセージ長が Receive WR の受信領域長よりも大きい場合は、UD QP ではメッセージが破棄され" (a message longer than the receive buffer is dropped on a UD QP); no completion, and the receive WR is not consumed: the next message that fits uses it`,
 			Label: Spec,
-			Run:   dpUDTooLongForBuffer,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeCopyDataLength,
+				Note: "does not drop the UD message: the receive WR completes with IBV_WC_LOC_QP_OP_ERR and the QP goes to ERR",
+			}},
+			Run: dpUDTooLongForBuffer,
 		},
 		Case{
 			Name:  "datapath/ud/message-longer-than-path-mtu/emits-nothing",

@@ -175,6 +175,11 @@ func init() {
 			Name:  "reg_mr/zero-length-einval",
 			Cite:  `ibv_reg_mr(3): registers "length" bytes at addr; a region of no bytes is invalid (EINVAL "for an invalid combination of arguments")`,
 			Label: ImplementationDefined,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: `rdma-core v44.0 libibverbs/verbs.c ibv_reg_mr_iova2() passes length 0 on (memory.c ibv_madvise_range(): "if (!size || !base) return 0;"; providers/rxe/rxe.c rxe_reg_mr() -> ibv_cmd_reg_mr()); Linux 6.1.192 drivers/infiniband/sw/rxe/rxe_verbs.c rxe_reg_user_mr() -> rxe_mr.c rxe_mr_init_user() -> core/umem.c ib_umem_get(), which fails only "if (npages == 0 ...)" with npages = ib_umem_num_pages() = (ALIGN(addr + 0, PAGE_SIZE) - ALIGN_DOWN(addr, PAGE_SIZE)) / PAGE_SIZE: 1 for an address inside a page, 0 (EINVAL) only for a page-aligned one such as NULL`,
+				Note: "registers 0 bytes at an address that is not page-aligned (it pins the page holding it); only a page-aligned address, such as NULL, gets EINVAL",
+			}},
 			Run: func(t *T, d Device) {
 				f := NewFixture(t, d)
 				buf := make([]byte, 16)

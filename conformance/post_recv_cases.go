@@ -121,21 +121,21 @@ func init() {
 			},
 		},
 		qpRecvBadSGECase("mr-without-local-write",
-			`ibv_post_recv(3) (seed 000): "the memory region of a receive WR must be registered with IBV_ACCESS_LOCAL_WRITE"; the spec does not say when this is checked: rxe accepts the post and completes the WR with IBV_WC_LOC_PROT_ERR when data arrives, softhca fails the post with EINVAL (hca.Config.DeferRecvSGEChecks selects rxe's behaviour)`,
+			`ibv_post_recv(3) (seed 000): "the memory region of a receive WR must be registered with IBV_ACCESS_LOCAL_WRITE"; the spec does not say when this is checked: rxe accepts the post and completes the WR in error when data arrives, softhca fails the post with EINVAL (hca.Config.DeferRecvSGEChecks selects rxe's behaviour)`,
 			func(t *T, f *Fixture) verbs.SGE {
 				mr, err := f.PD.RegMR(make([]byte, 256), verbs.AccessRemoteRead)
 				ExpectOK(t, err, "reg_mr without LOCAL_WRITE")
 				return mr.SGE(0, 64)
 			}),
 		qpRecvBadSGECase("bad-lkey",
-			`ibv_post_recv(3) (seed 000): lkey is "the L_Key of the memory region that holds addr and length"; an lkey naming no region is detected at post time by softhca (EINVAL) and at data placement by rxe (IBV_WC_LOC_PROT_ERR)`,
+			`ibv_post_recv(3) (seed 000): lkey is "the L_Key of the memory region that holds addr and length"; an lkey naming no region is detected at post time by softhca (EINVAL) and at data placement by rxe (an error completion)`,
 			func(t *T, f *Fixture) verbs.SGE {
 				s := f.MR.SGE(0, 64)
 				s.LKey ^= 0xa5a5a5a5
 				return s
 			}),
 		qpRecvBadSGECase("mr-of-another-pd",
-			`ibv_post_recv(3) (seed 000): each SGE lies in a memory region; IBTA 10.6.3.2: the region must belong to the QP's protection domain; softhca checks this at post time (EINVAL), rxe at data placement (IBV_WC_LOC_PROT_ERR)`,
+			`ibv_post_recv(3) (seed 000): each SGE lies in a memory region; IBTA 10.6.3.2: the region must belong to the QP's protection domain; softhca checks this at post time (EINVAL), rxe at data placement (an error completion)`,
 			func(t *T, f *Fixture) verbs.SGE {
 				pd, err := f.D.AllocPD()
 				ExpectOK(t, err, "alloc_pd")
@@ -144,7 +144,7 @@ func init() {
 				return mr.SGE(0, 64)
 			}),
 		qpRecvBadSGECase("outside-the-mr",
-			`ibv_post_recv(3) (seed 000): "each scatter/gather element must fit inside one memory region"; softhca checks the bounds at post time (EINVAL), rxe at data placement (IBV_WC_LOC_PROT_ERR)`,
+			`ibv_post_recv(3) (seed 000): "each scatter/gather element must fit inside one memory region"; softhca checks the bounds at post time (EINVAL), rxe at data placement (an error completion)`,
 			func(t *T, f *Fixture) verbs.SGE {
 				return f.MR.SGE(f.MR.Len()-32, 64)
 			}),
@@ -163,8 +163,13 @@ func init() {
 		},
 		Case{
 			Name:  "post_recv/qp-with-srq-rejected",
-			Cite:  `ibv_post_recv(3): "If the QP qp is associated with a shared receive queue, you must use the function ibv_post_srq_recv(), and not ibv_post_recv(), since the QP's own receive queue will not be used"; rxe: EINVAL`,
+			Cite:  `ibv_post_recv(3): "If the QP qp is associated with a shared receive queue, you must use the function ibv_post_srq_recv(), and not ibv_post_recv(), since the QP's own receive queue will not be used"; ` + qpPostRecvCite,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: `rdma-core v44.0 providers/rxe/rxe.c: map_queue_pair() leaves qp->rq.queue NULL for a QP created with an SRQ, and rxe_post_recv() does "*bad_wr = NULL;" and then "if (!rq || !recv_wr || !rq->queue) return EINVAL;"`,
+				Note: "fails with EINVAL but leaves bad_wr NULL instead of pointing it at the refused WR",
+			}},
 			Run: func(t *T, d Device) {
 				for _, typ := range []verbs.QPType{verbs.QPTypeRC, verbs.QPTypeUD} {
 					f := NewFixture(t, d)
@@ -222,6 +227,11 @@ func qpRecvBadSGECase(name, cite string, sge func(*T, *Fixture) verbs.SGE) Case 
 		Name:  "post_recv/sge/" + name,
 		Cite:  cite + `; ` + qpPostRecvCite,
 		Label: ImplementationDefined,
+		Deviations: []Deviation{{
+			Impl: ImplRxe,
+			Cite: rxePostRecvChecks,
+			Note: "accepts the receive WR; the SGE is checked only when a message is placed in it, which completes the WR with IBV_WC_LOC_QP_OP_ERR",
+		}},
 		Run: func(t *T, d Device) {
 			f, q := qpAt(t, d, verbs.QPTypeRC, qsRTR)
 			good := qpRecvWR(0x90, f.MR.SGE(0, 64))

@@ -25,6 +25,11 @@ func init() {
 			Name:  "create_qp/send_cq-required",
 			Cite:  `ibv_create_qp(3) (seed 001): send_cq is "the CQ associated with the Send Queue (SQ); it must be set"`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: `rdma-core v44.0 libibverbs/cmd_qp.c ibv_icmd_create_qp() (from ibv_cmd_create_qp(), which providers/rxe/rxe.c rxe_create_qp() calls first): for an RC/UC/UD QP without an indirection table it reads "attr_ex->send_cq->handle" and "attr_ex->recv_cq->handle" unconditionally, before the kernel (sw/rxe/rxe_qp.c rxe_qp_chk_init(): "missing cq") could refuse it`,
+				Note: "crashes (SIGSEGV) where the man page has create_qp fail: libibverbs dereferences the NULL send_cq",
+			}},
 			Run: func(t *T, d Device) {
 				f := NewFixture(t, d)
 				_, err := f.PD.CreateQP(&QPInitAttr{RecvCQ: f.CQ, Cap: DefaultCap, QPType: verbs.QPTypeRC})
@@ -35,6 +40,11 @@ func init() {
 			Name:  "create_qp/recv_cq-required",
 			Cite:  `ibv_create_qp(3) (seed 001): recv_cq is "the CQ associated with the Receive Queue (RQ); it must be set"`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: `rdma-core v44.0 libibverbs/cmd_qp.c ibv_icmd_create_qp() (from ibv_cmd_create_qp(), which providers/rxe/rxe.c rxe_create_qp() calls first): for an RC/UC/UD QP without an indirection table it reads "attr_ex->send_cq->handle" and "attr_ex->recv_cq->handle" unconditionally, before the kernel (sw/rxe/rxe_qp.c rxe_qp_chk_init(): "missing cq") could refuse it`,
+				Note: "crashes (SIGSEGV) where the man page has create_qp fail: libibverbs dereferences the NULL recv_cq",
+			}},
 			Run: func(t *T, d Device) {
 				f := NewFixture(t, d)
 				_, err := f.PD.CreateQP(&QPInitAttr{SendCQ: f.CQ, Cap: DefaultCap, QPType: verbs.QPTypeRC})
@@ -45,6 +55,11 @@ func init() {
 			Name:  "create_qp/srq/UC-rejected",
 			Cite:  `ibv_create_qp(3) (seed 001): "ibv_create_qp() fails when asked for a QP that uses an SRQ unless it is IBV_QPT_RC or IBV_QPT_UD"`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeCreateQPSRQ,
+				Note: "creates a UC QP that uses an SRQ",
+			}},
 			Run: func(t *T, d Device) {
 				f := NewFixture(t, d)
 				s := qpSRQ(t, f.PD)
@@ -56,6 +71,11 @@ func init() {
 			Name:  "create_qp/srq/other-pd-rejected",
 			Cite:  `ibv_create_qp(3) (seed 001): "when creating a QP that uses an SRQ, the SRQ's protection domain must be the pd the QP is created in"`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeCreateQPSRQ,
+				Note: "creates a QP that uses an SRQ of another protection domain",
+			}},
 			Run: func(t *T, d Device) {
 				f := NewFixture(t, d)
 				other, err := d.AllocPD()

@@ -25,14 +25,16 @@ func init() {
 			Spec, verbs.QPTypeRC, qsReset, a(func(x *verbs.QPAttr) { x.PortNum = 0 })),
 		qpRangeCase("port_num-past-last-port", `ibv_modify_qp(3): port_num is the "primary port number", at most phys_port_cnt (ibv_query_device(3)); `+qpNothingModified,
 			Spec, verbs.QPTypeUD, qsReset, func(_ *T, d Device, x *verbs.QPAttr) { x.PortNum = d.QueryDevice().PhysPortCnt + 1 }),
-		qpRangeCase("pkey_index-past-table", `ibv_modify_qp(3): pkey_index is the "primary P_Key index", an index into the port's P_Key table of pkey_tbl_len entries (ibv_query_port(3)); `+qpNothingModified,
+		rxeDeviates(qpRangeCase("pkey_index-past-table", `ibv_modify_qp(3): pkey_index is the "primary P_Key index", an index into the port's P_Key table of pkey_tbl_len entries (ibv_query_port(3)); `+qpNothingModified,
 			Spec, verbs.QPTypeRC, qsReset, func(t *T, d Device, x *verbs.QPAttr) {
 				p, err := d.QueryPort(1)
 				ExpectOK(t, err, "query_port 1")
 				x.PKeyIndex = p.PKeyTblLen
 			}),
-		qpRangeCase("path_mtu-0", `ibv_modify_qp(3): path_mtu is an enum ibv_mtu, IBV_MTU_256 (1) .. IBV_MTU_4096 (5); 0 is no MTU; `+qpNothingModified,
+			rxeModifyQPUnchecked, "accepts a pkey_index past the P_Key table (RoCE: no P_Key check at all)"),
+		rxeDeviates(qpRangeCase("path_mtu-0", `ibv_modify_qp(3): path_mtu is an enum ibv_mtu, IBV_MTU_256 (1) .. IBV_MTU_4096 (5); 0 is no MTU; `+qpNothingModified,
 			Spec, verbs.QPTypeRC, qsInit, a(func(x *verbs.QPAttr) { x.PathMTU = 0 })),
+			rxeModifyQPUnchecked, "accepts path_mtu 0: rxe_qp_chk_attr() refuses only a path_mtu above the port's max_mtu"),
 		qpRangeCase("path_mtu-6", `ibv_modify_qp(3): path_mtu is an enum ibv_mtu, IBV_MTU_256 (1) .. IBV_MTU_4096 (5); 6 is no MTU; `+qpNothingModified,
 			Spec, verbs.QPTypeUC, qsInit, a(func(x *verbs.QPAttr) { x.PathMTU = 6 })),
 		qpRangeCase("path_mtu-above-port-max_mtu", `ibv_modify_qp(3): path_mtu "Path MTU (valid only for RC/UC QPs)"; a path cannot carry more than the port's max_mtu (ibv_query_port(3)); rxe rejects path_mtu > max_mtu; `+qpNothingModified,
@@ -46,12 +48,15 @@ func init() {
 			}),
 		qpRangeCase("timeout-32", `ibv_modify_qp(3): timeout is the "local ack timeout for primary path", a 5-bit value (IBTA 9.7.6.1.3: 4.096 us * 2^timeout, 0..31); `+qpNothingModified,
 			Spec, verbs.QPTypeRC, qsRTR, a(func(x *verbs.QPAttr) { x.Timeout = 32 })),
-		qpRangeCase("retry_cnt-8", `ibv_modify_qp(3): retry_cnt is the "retry count", a 3-bit value (IBTA 9.7.6.1.3: 0..7); `+qpNothingModified,
+		rxeDeviates(qpRangeCase("retry_cnt-8", `ibv_modify_qp(3): retry_cnt is the "retry count", a 3-bit value (IBTA 9.7.6.1.3: 0..7); `+qpNothingModified,
 			Spec, verbs.QPTypeRC, qsRTR, a(func(x *verbs.QPAttr) { x.RetryCnt = 8 })),
-		qpRangeCase("rnr_retry-8", `ibv_modify_qp(3): rnr_retry is the "RNR retry", a 3-bit value where 7 means infinite (IBTA 9.7.5.2.8: 0..7); `+qpNothingModified,
+			rxeModifyQPUnchecked, "accepts retry_cnt 8 and stores it"),
+		rxeDeviates(qpRangeCase("rnr_retry-8", `ibv_modify_qp(3): rnr_retry is the "RNR retry", a 3-bit value where 7 means infinite (IBTA 9.7.5.2.8: 0..7); `+qpNothingModified,
 			Spec, verbs.QPTypeRC, qsRTR, a(func(x *verbs.QPAttr) { x.RNRRetry = 8 })),
-		qpRangeCase("min_rnr_timer-32", `ibv_modify_qp(3): min_rnr_timer is the "minimum RNR NAK timer", a 5-bit code (IBTA table 45: 0..31); `+qpNothingModified,
+			rxeModifyQPUnchecked, "accepts rnr_retry 8 and stores it"),
+		rxeDeviates(qpRangeCase("min_rnr_timer-32", `ibv_modify_qp(3): min_rnr_timer is the "minimum RNR NAK timer", a 5-bit code (IBTA table 45: 0..31); `+qpNothingModified,
 			Spec, verbs.QPTypeRC, qsInit, a(func(x *verbs.QPAttr) { x.MinRNRTimer = 32 })),
+			rxeModifyQPUnchecked, "accepts min_rnr_timer 32 and stores it"),
 		qpRangeCase("max_rd_atomic-above-max_qp_init_rd_atom", `ibv_modify_qp(3): max_rd_atomic is the "number of outstanding RDMA reads & atomic operations on the destination QP", bounded by the device's max_qp_init_rd_atom ("max depth per QP for initiation of RDMA Read & Atomic operations", ibv_query_device(3)); `+qpNothingModified,
 			Spec, verbs.QPTypeRC, qsRTR, func(t *T, d Device, x *verbs.QPAttr) {
 				lim := d.QueryDevice().MaxQPInitRdAtom
@@ -60,7 +65,7 @@ func init() {
 				}
 				x.MaxRdAtomic = uint8(lim + 1)
 			}),
-		qpRangeCase("max_dest_rd_atomic-above-max_qp_rd_atom", `ibv_modify_qp(3): max_dest_rd_atomic is the "number of responder resources for handling incoming RDMA reads & atomic operations", bounded by the device's max_qp_rd_atom (ibv_query_device(3)); `+qpNothingModified,
+		rxeDeviates(qpRangeCase("max_dest_rd_atomic-above-max_qp_rd_atom", `ibv_modify_qp(3): max_dest_rd_atomic is the "number of responder resources for handling incoming RDMA reads & atomic operations", bounded by the device's max_qp_rd_atom (ibv_query_device(3)); `+qpNothingModified,
 			Spec, verbs.QPTypeRC, qsInit, func(t *T, d Device, x *verbs.QPAttr) {
 				lim := d.QueryDevice().MaxQPRdAtom
 				if lim >= 255 {
@@ -68,12 +73,16 @@ func init() {
 				}
 				x.MaxDestRdAtomic = uint8(lim + 1)
 			}),
-		qpRangeCase("rq_psn-above-24-bits", `ibv_modify_qp(3): rq_psn is the "PSN for receive queue"; PSNs are 24 bits (IBTA 9.7.1); `+qpNothingModified+` (rxe masks the value to 24 bits instead)`,
+			rxeModifyQPUnchecked, "accepts max_dest_rd_atomic above max_qp_rd_atom: only max_rd_atomic is bounded, and rxe_qp_from_attr() allocates roundup_pow_of_two(max_dest_rd_atomic) responder resources"),
+		rxeDeviates(qpRangeCase("rq_psn-above-24-bits", `ibv_modify_qp(3): rq_psn is the "PSN for receive queue"; PSNs are 24 bits (IBTA 9.7.1); `+qpNothingModified+` (rxe masks the value to 24 bits instead)`,
 			Spec, verbs.QPTypeRC, qsInit, a(func(x *verbs.QPAttr) { x.RQPSN = 1 << 24 })),
-		qpRangeCase("sq_psn-above-24-bits", `ibv_modify_qp(3): sq_psn is the "PSN for send queue"; PSNs are 24 bits (IBTA 9.7.1); `+qpNothingModified+` (rxe masks the value to 24 bits instead)`,
+			rxeModifyQPUnchecked, "accepts an rq_psn above 24 bits and masks it to 24 bits"),
+		rxeDeviates(qpRangeCase("sq_psn-above-24-bits", `ibv_modify_qp(3): sq_psn is the "PSN for send queue"; PSNs are 24 bits (IBTA 9.7.1); `+qpNothingModified+` (rxe masks the value to 24 bits instead)`,
 			Spec, verbs.QPTypeUD, qsRTR, a(func(x *verbs.QPAttr) { x.SQPSN = 1 << 24 })),
-		qpRangeCase("dest_qp_num-above-24-bits", `ibv_modify_qp(3): dest_qp_num is the "destination QP number"; QP numbers are 24 bits (IBTA 10.2.4.2); `+qpNothingModified,
+			rxeModifyQPUnchecked, "accepts an sq_psn above 24 bits and masks it to 24 bits"),
+		rxeDeviates(qpRangeCase("dest_qp_num-above-24-bits", `ibv_modify_qp(3): dest_qp_num is the "destination QP number"; QP numbers are 24 bits (IBTA 10.2.4.2); `+qpNothingModified,
 			Spec, verbs.QPTypeUC, qsInit, a(func(x *verbs.QPAttr) { x.DestQPNum = 1 << 24 })),
+			rxeModifyQPUnchecked, "accepts a dest_qp_num above 24 bits and stores it"),
 		qpRangeCase("ah_attr-without-grh", `ibv_modify_qp(3): ah_attr is the "primary path address vector"; on a RoCE port (link_layer Ethernet) the address is the GID, so is_global must be set (IBTA annex A16/A17: RoCE packets always carry a GRH; the kernel rejects a RoCE AV without IB_AH_GRH); `+qpNothingModified,
 			Spec, verbs.QPTypeRC, qsInit, func(t *T, d Device, x *verbs.QPAttr) {
 				p, err := d.QueryPort(1)
@@ -83,12 +92,14 @@ func init() {
 				}
 				x.AHAttr.IsGlobal = false
 			}),
-		qpRangeCase("ah_attr-sgid_index-without-gid", `ibv_modify_qp(3): ah_attr.grh.sgid_index names the source GID in the port's GID table (ibv_query_gid(3)); an index that holds no GID cannot source packets. The kernel fails it from the GID cache (errno varies by kernel); softhca fails with EINVAL; `+qpNothingModified,
+		rxeDeviates(qpRangeCase("ah_attr-sgid_index-without-gid", `ibv_modify_qp(3): ah_attr.grh.sgid_index names the source GID in the port's GID table (ibv_query_gid(3)); an index that holds no GID cannot source packets. The kernel fails it from the GID cache (errno varies by kernel); softhca fails with EINVAL; `+qpNothingModified,
 			ImplementationDefined, verbs.QPTypeRC, qsInit, func(t *T, d Device, x *verbs.QPAttr) {
 				x.AHAttr.GRH.SGIDIndex = qpEmptyGIDIndex(t, d)
 			}),
-		qpRangeCase("qp_access_flags-unknown-bits", `ibv_modify_qp(3): qp_access_flags is a "mask of enabled remote access operations" from enum ibv_access_flags (REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC; LOCAL_WRITE is tolerated); softhca rejects bits outside them with EINVAL; `+qpNothingModified,
+			rxeSGIDWithoutGID, "fails with ENODATA (not EINVAL): the kernel's GID cache has no entry at that index"),
+		rxeDeviates(qpRangeCase("qp_access_flags-unknown-bits", `ibv_modify_qp(3): qp_access_flags is a "mask of enabled remote access operations" from enum ibv_access_flags (REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC; LOCAL_WRITE is tolerated); softhca rejects bits outside them with EINVAL; `+qpNothingModified,
 			ImplementationDefined, verbs.QPTypeRC, qsReset, a(func(x *verbs.QPAttr) { x.QPAccessFlags |= 1 << 30 })),
+			rxeModifyQPUnchecked, "accepts qp_access_flags bits outside enum ibv_access_flags and stores them"),
 		qpRangeCase("qp_state-unknown", `ibv_modify_qp(3): qp_state is an enum ibv_qp_state (RESET .. ERR); the kernel's modify_qp rejects qp_state > IB_QPS_ERR with EINVAL; `+qpNothingModified,
 			Spec, verbs.QPTypeUD, qsReset, a(func(x *verbs.QPAttr) { x.QPState = verbs.NumQPStates })),
 
@@ -96,6 +107,11 @@ func init() {
 			Name:  "modify_qp/cur_state/mismatch-rejected",
 			Cite:  `ibv_modify_qp(3): cur_qp_state is "assume this is the current QP state"; IBTA 11.2.5.2 (Modify QP): a current QP state that does not match the QP's state is an "invalid current QP state" error; ` + qpNothingModified,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: `Linux 6.1.192 drivers/infiniband/sw/rxe/rxe_qp.c rxe_qp_chk_attr(): "enum ib_qp_state cur_state = (mask & IB_QP_CUR_STATE) ? attr->cur_qp_state : qp->attr.qp_state;" and then only ib_modify_qp_is_ok(cur_state, new_state, ...): the caller's cur_qp_state is never compared with the QP's state (nor in core/uverbs_cmd.c modify_qp() or core/verbs.c _ib_modify_qp())`,
+				Note: "takes cur_qp_state on trust: RTS -> RTS given cur_qp_state SQD is checked as SQD -> RTS, which is legal, and succeeds",
+			}},
 			Run: func(t *T, d Device) {
 				_, q := qpAt(t, d, verbs.QPTypeRC, qsRTS)
 				before := qpQuery(t, q)
@@ -247,10 +263,10 @@ func init() {
 		},
 
 		qpQueryCase("RC-INIT", verbs.QPTypeRC, qsInit),
-		qpQueryCase("RC-RTR", verbs.QPTypeRC, qsRTR),
-		qpQueryCase("RC-RTS", verbs.QPTypeRC, qsRTS),
-		qpQueryCase("UC-RTR", verbs.QPTypeUC, qsRTR),
-		qpQueryCase("UC-RTS", verbs.QPTypeUC, qsRTS),
+		rxeDeviates(qpQueryCase("RC-RTR", verbs.QPTypeRC, qsRTR), rxeHopLimit, rxeHopLimitNote),
+		rxeDeviates(qpQueryCase("RC-RTS", verbs.QPTypeRC, qsRTS), rxeHopLimit, rxeHopLimitNote),
+		rxeDeviates(qpQueryCase("UC-RTR", verbs.QPTypeUC, qsRTR), rxeHopLimit, rxeHopLimitNote),
+		rxeDeviates(qpQueryCase("UC-RTS", verbs.QPTypeUC, qsRTS), rxeHopLimit, rxeHopLimitNote),
 		qpQueryCase("UD-INIT", verbs.QPTypeUD, qsInit),
 		qpQueryCase("UD-RTS", verbs.QPTypeUD, qsRTS),
 

@@ -35,7 +35,7 @@ func TestConformanceReportFlagAndMerge(t *testing.T) {
 		require.NotEmpty(t, row.Cite, row.Name)
 	}
 	require.Contains(t, names, "query_device/one-port")
-	require.Contains(t, names, "query_pkey/bad-port-einval")
+	require.Contains(t, names, "query_pkey/bad-port-fails")
 
 	// A second run with fewer cases: the merge shows "not run" for the
 	// rest.
@@ -56,7 +56,7 @@ func TestConformanceReportFlagAndMerge(t *testing.T) {
 	require.Regexp(t, `\| softhca \(Go API\) — softhca \(run 1\) \| softhca \| softhca \| [^|]+ \| [^|]+ \| `+
 		strings.Join([]string{itoa(n), itoa(n), "0", "0", "0", "0"}, ` \| `)+` \|`, doc)
 	require.Contains(t, doc, "| `query_device/one-port` | ibv\\_query\\_device(3) | pass | pass |  |")
-	require.Contains(t, doc, "| `query_pkey/bad-port-einval` | ibv\\_query\\_pkey(3) | pass | not run |  |")
+	require.Contains(t, doc, "| `query_pkey/bad-port-fails` | ibv\\_query\\_pkey(3) | pass | not run |  |")
 	require.Contains(t, doc, "No run declared a deviation.")
 
 	// To stdout.
