@@ -502,9 +502,23 @@ func qpExpectRecvRejected(t *T, q QP, list, want *verbs.RecvWR, errno syscall.Er
 	}
 }
 
-// qpToErr moves a QP to ERR.
+// qpToErr moves a QP to ERR. A QP in RESET is first moved to INIT: the
+// kernel's qp_state_table (drivers/infiniband/core/verbs.c,
+// ib_modify_qp_is_ok) has no RESET -> ERR, so a kernel device rejects
+// it (see Walk). The QP's type is not known here: the RC/UC attributes
+// of RESET -> INIT are tried first, then UD's (for which ACCESS_FLAGS
+// is neither required nor optional, so the first modify fails and
+// changes nothing).
 func qpToErr(t *T, q QP) {
 	t.Helper()
+	if State(t, q) == verbs.QPStateReset {
+		a := verbs.QPAttr{QPState: verbs.QPStateInit, PKeyIndex: 0, PortNum: 1,
+			QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic, QKey: 0x11111111}
+		base := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
+		if err := q.Modify(&a, base|verbs.AttrAccessFlags); err != nil {
+			ExpectOK(t, q.Modify(&a, base|verbs.AttrQKey), "modify RESET -> INIT (on the way to ERR)")
+		}
+	}
 	ExpectOK(t, q.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.AttrState), "modify to ERR")
 }
 
