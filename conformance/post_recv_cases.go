@@ -22,6 +22,11 @@ func init() {
 			// The seed calls it the spec's rule; some HCAs deviate (softhca
 			// can be configured to, hca.Config.AllowPostRecvInReset).
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeBadWRNull,
+				Note: "post_recv in RESET fails with EINVAL but leaves *bad_wr NULL",
+			}},
 			Run: func(t *T, d Device) {
 				for _, typ := range qpTypes {
 					f, q := qpAt(t, d, typ, qsReset)
@@ -42,6 +47,11 @@ func init() {
 			Name:  "post_recv/state/ERR-accepts-and-flushes",
 			Cite:  `IBTA 10.3.1 (Error state): receive WRs posted to a QP in ERR are accepted and completed with a flush error; ibv_poll_cq(3): IBV_WC_WR_FLUSH_ERR`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeRecvInErrNotFlushed,
+				Note: "a receive posted to a QP already in ERR is queued and never completed",
+			}},
 			Run: func(t *T, d Device) {
 				for _, typ := range qpTypes {
 					f, q := qpAt(t, d, typ, qsErr)
@@ -165,6 +175,11 @@ func init() {
 			Name:  "post_recv/qp-with-srq-rejected",
 			Cite:  `ibv_post_recv(3): "If the QP qp is associated with a shared receive queue, you must use the function ibv_post_srq_recv(), and not ibv_post_recv(), since the QP's own receive queue will not be used"; rxe: EINVAL`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeBadWRNull,
+				Note: "post_recv to a QP on an SRQ fails with EINVAL but leaves *bad_wr NULL",
+			}},
 			Run: func(t *T, d Device) {
 				for _, typ := range []verbs.QPType{verbs.QPTypeRC, verbs.QPTypeUD} {
 					f := NewFixture(t, d)
