@@ -20,6 +20,11 @@ func init() {
 			Name:  "get_async_event/nonblocking-eagain",
 			Cite:  `ibv_get_async_event(3) EXAMPLES: with O_NONBLOCK set on ctx->async_fd the queue is polled "until it has an async event"; a non-blocking read of an empty queue fails with EAGAIN`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeNoLastWQE,
+				Note: "rxe raises no IBV_EVENT_QP_LAST_WQE_REACHED, the event this case takes non-blocking",
+			}},
 			Run: func(t *T, d Device) {
 				d.SetAsyncNonBlocking(true)
 				_, err := d.GetAsyncEvent(nqNB(t))
@@ -53,6 +58,11 @@ func init() {
 			Name:  "get_async_event/interrupted-wait-consumes-nothing",
 			Cite:  `ibv_get_async_event(3): "waits for the next async event" and returns -1 on error; an interrupted wait takes no event (here a done context plays the signal)`,
 			Label: ImplementationDefined,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeNoLastWQE,
+				Note: "rxe raises no IBV_EVENT_QP_LAST_WQE_REACHED, the event this case waits for after the interrupted waits",
+			}},
 			Run: func(t *T, d Device) {
 				_, err := d.GetAsyncEvent(Ctx(t, 10*time.Millisecond))
 				if err == nil || !errors.Is(err, context.DeadlineExceeded) {
@@ -78,6 +88,11 @@ func init() {
 			Name:  "async_event/last-wqe-reached-delivered-once",
 			Cite:  `ibv_get_async_event(3): "IBV_EVENT_QP_LAST_WQE_REACHED Last WQE Reached on a QP associated with an SRQ"; "One member of the element union will be valid, depending on the event_type"; IBTA 11.6.3.3: raised when a QP on an SRQ enters the error state`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeNoLastWQE,
+				Note: "rxe never raises IBV_EVENT_QP_LAST_WQE_REACHED",
+			}},
 			Run: func(t *T, d Device) {
 				f := NewFixture(t, d)
 				q := nqSRQQPInErr(t, f)
@@ -130,6 +145,11 @@ func init() {
 			Name:  "async_event/one-waiter-gets-each-event",
 			Cite:  `ibv_get_async_event(3): "If multiple threads call this function simultaneously, then when an async event occurs, only one thread will receive it"`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeNoLastWQE,
+				Note: "rxe raises no IBV_EVENT_QP_LAST_WQE_REACHED, the single event the waiters wait for",
+			}},
 			Run: func(t *T, d Device) {
 				type res struct {
 					e   AsyncEvent
@@ -164,6 +184,11 @@ func init() {
 			Name:  "async_event/blocked-get-wakes-on-event",
 			Cite:  `ibv_get_async_event(3): "waits for the next async event of the RDMA device context context and returns it"`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeNoLastWQE,
+				Note: "rxe raises no IBV_EVENT_QP_LAST_WQE_REACHED, the event that should wake the blocked get",
+			}},
 			Run: func(t *T, d Device) {
 				type res struct {
 					e   AsyncEvent

@@ -71,6 +71,11 @@ func init() {
 			Name:  "req_notify_cq/solicited-only-fires-on-error-completion",
 			Cite:  `ibv_req_notify_cq(3): "If solicited_only is non-zero, an event is only generated for a new CQE with that is considered "solicited." A CQE is solicited if it is a receive completion for a message with the Solicited Event header bit set, or if the status is not successful."`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeSolicitedErr,
+				Note: "an error completion of a send WR does not trigger a solicited-only notification",
+			}},
 			Run: func(t *T, d Device) {
 				f, ch, c := nqChannelCQ(t, d, nil)
 				g := nqNewGen(t, f, c)

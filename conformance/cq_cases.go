@@ -265,36 +265,53 @@ func init() {
 }
 
 // nqGen is a source of completions on demand: an RC QP in the error state,
-// whose every posted receive completes at once with IBV_WC_WR_FLUSH_ERR
-// (ibv_post_recv(3) in ERR; IBTA 10.3.1).
+// whose every posted send completes with IBV_WC_WR_FLUSH_ERR
+// (ibv_post_send(3)/ibv_modify_qp(3): work requests posted to a QP in
+// ERR are completed with a flush error; IBTA 10.3.1).
+//
+// Sends, not receives: a receive posted to a QP already in ERR reaches no
+// kernel code on a kernel device whose receive queue is mapped to user
+// space (rdma-core's providers/rxe/rxe.c: rxe_post_recv only writes the
+// WQE to the mapped queue; the rxe responder flushes receives only when
+// its task runs, as on the transition to ERR), so it may never complete.
+// A send is followed by a doorbell (rxe_post_send -> post_send_db) that
+// runs the requester, which flushes it.
 type nqGen struct {
 	t    *T
 	QP   QP
 	next uint64
 }
 
+// nqGenSendWR bounds the sends of one Complete call.
+const nqGenSendWR = 64
+
 // nqNewGen creates the QP on PD f.PD with c as its send and receive CQ, and
 // moves it through INIT to ERR.
 func nqNewGen(t *T, f *Fixture, c CQ) *nqGen {
 	t.Helper()
-	q, err := f.PD.CreateQP(&QPInitAttr{SendCQ: c, RecvCQ: c, Cap: DefaultCap, QPType: verbs.QPTypeRC})
+	caps := DefaultCap
+	caps.MaxSendWR = nqGenSendWR
+	q, err := f.PD.CreateQP(&QPInitAttr{SendCQ: c, RecvCQ: c, Cap: caps, QPType: verbs.QPTypeRC})
 	ExpectOK(t, err, "create_qp for completions")
-	f.Walk(t, q, verbs.QPTypeRC, verbs.QPStateInit, 0)
 	f.Walk(t, q, verbs.QPTypeRC, verbs.QPStateErr, 0)
 	return &nqGen{t: t, QP: q, next: 0x1000}
 }
 
-// Complete posts n receives and returns their wr_ids, in order; each
-// completes with IBV_WC_WR_FLUSH_ERR.
+// Complete posts n signaled zero-length sends and returns their wr_ids, in
+// order; each completes with IBV_WC_WR_FLUSH_ERR.
 func (g *nqGen) Complete(n int) []uint64 {
 	g.t.Helper()
+	if n > nqGenSendWR {
+		g.t.Fatalf("nqGen.Complete(%d): at most %d at once", n, nqGenSendWR)
+	}
 	ids := make([]uint64, 0, n)
 	for range n {
 		id := g.next
 		g.next++
-		bad, err := g.QP.PostRecv(&verbs.RecvWR{WRID: id})
+		wr := &verbs.SendWR{WRID: id, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled}
+		bad, err := g.QP.PostSend(wr)
 		if err != nil || bad != nil {
-			g.t.Fatalf("post_recv wr_id %#x on a QP in ERR: %v", id, err)
+			g.t.Fatalf("post_send wr_id %#x on a QP in ERR: %v", id, err)
 		}
 		ids = append(ids, id)
 	}

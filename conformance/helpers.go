@@ -152,15 +152,23 @@ func (f *Fixture) Transition(t *T, typ verbs.QPType, to verbs.QPState, destQPN u
 }
 
 // Walk moves a QP along RESET -> INIT -> RTR -> RTS -> SQD until it is in
-// state to; ERR and SQE are reached by a modify to ERR (SQE cannot be
+// state to; ERR is reached from INIT by a modify to ERR (SQE cannot be
 // reached by a modify: Walk skips the case for it). destQPN is the remote
 // QP for connected types.
+//
+// ERR is entered from INIT, not RESET: the kernel's qp_state_table
+// (drivers/infiniband/core/verbs.c, checked by ib_modify_qp_is_ok) has
+// no RESET -> ERR, so a kernel device rejects that modify; INIT -> ERR is
+// legal everywhere. The RESET -> ERR transition itself is the business
+// of modify_qp/table/*/RESET->ERR.
 func (f *Fixture) Walk(t *T, q QP, typ verbs.QPType, to verbs.QPState, destQPN uint32) {
 	t.Helper()
 	if to == verbs.QPStateSQE {
 		t.Skipf("SQE is entered only through a send error, not through ibv_modify_qp")
 	}
 	if to == verbs.QPStateErr {
+		a, m := f.Transition(t, typ, verbs.QPStateInit, destQPN)
+		ExpectOK(t, q.Modify(&a, m), "modify to INIT (on the way to ERR)")
 		ExpectOK(t, q.Modify(&verbs.QPAttr{QPState: verbs.QPStateErr}, verbs.AttrState), "modify to ERR")
 		return
 	}
@@ -171,9 +179,36 @@ func (f *Fixture) Walk(t *T, q QP, typ verbs.QPType, to verbs.QPState, destQPN u
 		}
 		a, m := f.Transition(t, typ, s, destQPN)
 		ExpectOK(t, q.Modify(&a, m), "modify to "+s.String())
+		if s == verbs.QPStateSQD {
+			waitDrained(t, q)
+		}
 		if s == to {
 			return
 		}
+	}
+}
+
+// waitDrained waits up to two seconds for a QP in SQD to finish draining
+// (query_qp's sq_draining clears). The drain of a QP with nothing
+// outstanding may still take a moment on a device that drains in another
+// context (rxe: rxe_qp_drain schedules the requester, which sets
+// QP_STATE_DRAINED), and a modify of a QP in SQD that is still draining
+// may be rejected (IBTA 10.3.1: attributes are modified in SQD once the
+// QP is drained; rxe_qp_chk_attr in drivers/infiniband/sw/rxe/rxe_qp.c
+// returns EINVAL for any transition but to ERR while draining).
+func waitDrained(t *T, q QP) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		a, err := q.Query(verbs.AttrState)
+		ExpectOK(t, err, "query_qp in SQD")
+		if !a.SQDraining {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("QP in SQD with nothing outstanding still draining after 2s")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

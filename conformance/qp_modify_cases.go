@@ -238,6 +238,11 @@ func init() {
 			Name:  "modify_qp/to-ERR/flushes-sends-before-receives-on-a-shared-cq",
 			Cite:  `ibv_modify_qp(3): entering ERR flushes every outstanding WR; the order between the send and the receive queue on a shared CQ is not specified: softhca completes every send WR, then every receive WR (qp/modify.go setStateLocked)`,
 			Label: ImplementationDefined,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeFlushRecvFirst,
+				Note: "the receive queue is flushed before the send queue",
+			}},
 			Run: func(t *T, d Device) {
 				f, q := qpAt(t, d, verbs.QPTypeRC, qsRTS)
 				qpPostRecv(t, q, qpRecvWR(0xa1, f.MR.SGE(0, 16)))
@@ -287,6 +292,11 @@ func init() {
 			Name:  "modify_qp/SQD/without-notify-no-event",
 			Cite:  `ibv_modify_qp(3): en_sqd_async_notify "enable SQD.drained async notification"; IBTA 11.6.3.1: the SQ Drained event is generated only when the consumer asked for it on the transition to SQD (rxe raises it regardless)`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeSQDrainedAlways,
+				Note: "IBV_EVENT_SQ_DRAINED is raised on every drain, whether en_sqd_async_notify was set or not",
+			}},
 			Run: func(t *T, d Device) {
 				_, q := qpAt(t, d, verbs.QPTypeUC, qsRTS)
 				ExpectOK(t, q.Modify(&verbs.QPAttr{QPState: qsSQD}, verbs.AttrState), "modify RTS -> SQD")
@@ -297,6 +307,11 @@ func init() {
 			Name:  "modify_qp/SQD/notify-is-per-transition",
 			Cite:  `ibv_modify_qp(3): en_sqd_async_notify "enable SQD.drained async notification (valid only if qp_state is SQD)"; IBTA 11.2.5.2/11.6.3.1: it is a modifier of the RTS -> SQD transition it is given with, so a later RTS -> SQD without it raises no IBV_EVENT_SQ_DRAINED (mlx4/mlx5 read it from each modify call)`,
 			Label: Spec,
+			Deviations: []Deviation{{
+				Impl: ImplRxe,
+				Cite: rxeSQDrainedAlways,
+				Note: "IBV_EVENT_SQ_DRAINED is raised on every drain, whether en_sqd_async_notify was set or not",
+			}},
 			Run: func(t *T, d Device) {
 				_, q := qpAt(t, d, verbs.QPTypeUD, qsRTS)
 				x := verbs.QPAttr{QPState: qsSQD, EnSQDAsyncNotify: true}
@@ -500,6 +515,11 @@ func qpLastWQECase(typ verbs.QPType) Case {
 		Name:  "modify_qp/ERR/with-srq-raises-LAST_WQE_REACHED/" + typ.String(),
 		Cite:  `ibv_get_async_event(3): IBV_EVENT_QP_LAST_WQE_REACHED "Last WQE Reached on a QP associated with an SRQ" (affiliated with the QP); IBTA 11.6.3.3: a QP on an SRQ that enters the Error state raises it once no more WQEs of the SRQ will be consumed`,
 		Label: Spec,
+		Deviations: []Deviation{{
+			Impl: ImplRxe,
+			Cite: rxeNoLastWQE,
+			Note: "rxe never raises IBV_EVENT_QP_LAST_WQE_REACHED",
+		}},
 		Run: func(t *T, d Device) {
 			f := NewFixture(t, d)
 			s := qpSRQ(t, f.PD)

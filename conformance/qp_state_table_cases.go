@@ -225,9 +225,10 @@ const qpTableCite = `ibv_modify_qp(3): "the following tables indicate for each Q
 func qpTableCase(typ verbs.QPType, from, to verbs.QPState) Case {
 	e, legal := qpExpectedTable[qpStatePair{from, to}]
 	return Case{
-		Name:  fmt.Sprintf("modify_qp/table/%s/%s->%s", typ, from, to),
-		Cite:  qpTableCite,
-		Label: Spec,
+		Name:       fmt.Sprintf("modify_qp/table/%s/%s->%s", typ, from, to),
+		Cite:       qpTableCite,
+		Label:      Spec,
+		Deviations: qpTableDeviations(typ, from, to, e, legal),
 		Run: func(t *T, d Device) {
 			if legal {
 				qpTableLegal(t, d, typ, from, to, e)
@@ -236,6 +237,26 @@ func qpTableCase(typ verbs.QPType, from, to verbs.QPState) Case {
 			}
 		},
 	}
+}
+
+// qpTableDeviations returns the known deviations of a pair: the kernel's
+// table has no RESET -> ERR, and the kernel refuses alternate path
+// attributes on a RoCE port (rxe reports APM, so the case includes them
+// in "every optional attribute").
+func qpTableDeviations(typ verbs.QPType, from, to verbs.QPState, e qpTableEntry, legal bool) []Deviation {
+	switch {
+	case from == qsReset && to == qsErr:
+		return []Deviation{{Impl: ImplRxe, Cite: rxeNoResetToErr,
+			Note: "RESET -> ERR is refused with EINVAL (the kernel's state table has no such transition)"}}
+	case legal && e.opt[qpCol(typ)]&verbs.AttrAltPath != 0:
+		if typ == verbs.QPTypeUC && from == qsSQD && to == qsSQD {
+			return []Deviation{{Impl: ImplRxe, Cite: rxeNoAltPath + "; " + rxeSQDAVAddsPort,
+				Note: "the modify with every optional attribute is refused with EINVAL: IBV_QP_ALT_PATH is refused on a RoCE port, and IBV_QP_AV without IBV_QP_PORT becomes both, which UC SQD -> SQD does not allow"}}
+		}
+		return []Deviation{{Impl: ImplRxe, Cite: rxeNoAltPath,
+			Note: "the modify with every optional attribute is refused with EINVAL: IBV_QP_ALT_PATH is refused on a RoCE port although the device reports IBV_DEVICE_AUTO_PATH_MIG"}}
+	}
+	return nil
 }
 
 // qpTableModify tries a modify that must fail with EINVAL and leave the
