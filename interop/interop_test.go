@@ -35,6 +35,7 @@ func TestInterop(t *testing.T) {
 	t.Run("unmodified", e.testUnmodified)
 	t.Run("loss", e.testLoss)
 	t.Run("congestion", e.testCongestion)
+	t.Run("conformance", e.testConformance)
 }
 
 // leaf starts a reported case. Once the run's time budget is spent

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"regexp"
 	"strings"
 	"text/tabwriter"
@@ -32,9 +33,10 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 	targetName := fs.String("target", "softhca", "`softhca` (in process) or rdma:DEVICE (a libibverbs device, e.g. rdma:rxe0)")
 	agent := fs.String("agent", "", "a prebuilt shca-verbs-agent for rdma:DEVICE (default: build the embedded agent.c; needs gcc and libibverbs-dev)")
 	lib := fs.String("lib", "", "for rdma:DEVICE, run the agents on softhca's drop-in libibverbs.so.1 in this `directory`, devices on 127.0.0.3 and the pair on 127.0.0.1 and 127.0.0.2")
+	portAddrs := fs.String("port-addrs", "", "for rdma:DEVICE, the IP `addresses` of the device's port 1 in GID order from GID[1], comma-separated, so that the query_gid cases can check the GID table against them")
 	reportFile := fs.String("report", "", "also write the results as JSON to `FILE.json` (merge runs with 'softhca conformance report')")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR]] [-report FILE.json]")
+		fmt.Fprintln(stderr, "usage: softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR] [--port-addrs IP,...]] [-report FILE.json]")
 		fmt.Fprintln(stderr, "       softhca conformance report [-o FILE.md] RUN.json...")
 		fs.PrintDefaults()
 	}
@@ -45,7 +47,7 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
-	target, err := conformanceTarget(*targetName, *agent, *lib)
+	target, err := conformanceTarget(*targetName, *agent, *lib, *portAddrs)
 	if err != nil {
 		fmt.Fprintf(stderr, "softhca conformance: %v\n", err)
 		return exitUsage
@@ -102,23 +104,37 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// conformanceTarget turns --target, --agent and --lib into a target.
-func conformanceTarget(name, agent, lib string) (conformance.Target, error) {
+// conformanceTarget turns --target, --agent, --lib and --port-addrs into
+// a target.
+func conformanceTarget(name, agent, lib, portAddrs string) (conformance.Target, error) {
 	dev, isRDMA := strings.CutPrefix(name, "rdma:")
 	switch {
 	case name == "softhca":
-		if agent != "" || lib != "" {
-			return nil, fmt.Errorf("--agent and --lib need --target rdma:DEVICE, not %q", name)
+		if agent != "" || lib != "" || portAddrs != "" {
+			return nil, fmt.Errorf("--agent, --lib and --port-addrs need --target rdma:DEVICE, not %q", name)
 		}
 		return &softhca.Target{}, nil
 	case !isRDMA || dev == "" || strings.ContainsAny(dev, "/ \t"):
 		return nil, fmt.Errorf("--target %q: want softhca or rdma:DEVICE (a libibverbs device name such as rxe0)", name)
 	case lib != "":
+		if portAddrs != "" {
+			return nil, fmt.Errorf("--port-addrs: the drop-in library's addresses are set by --lib's devices, not given")
+		}
 		dir, err := libraryDir(lib)
 		if err != nil {
 			return nil, fmt.Errorf("--lib %q: %w", lib, err)
 		}
 		return rdma.DropIn(dev, dir, agent), nil
+	case portAddrs != "":
+		var addrs []netip.Addr
+		for _, f := range strings.Split(portAddrs, ",") {
+			a, err := netip.ParseAddr(strings.TrimSpace(f))
+			if err != nil {
+				return nil, fmt.Errorf("--port-addrs %q: %q is not an IP address", portAddrs, f)
+			}
+			addrs = append(addrs, a.Unmap())
+		}
+		return &rdma.AddrTarget{Target: rdma.Target{Device: dev, Agent: agent}, Addrs: addrs}, nil
 	}
 	return &rdma.Target{Device: dev, Agent: agent}, nil
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"net/netip"
 	"strings"
 	"testing"
 
+	"github.com/softhca/softhca/conformance"
 	"github.com/stretchr/testify/require"
 )
 
@@ -31,7 +33,10 @@ func TestConformanceTargetFlags(t *testing.T) {
 	}{
 		{[]string{"--target", "rxe0"}, `--target "rxe0": want softhca or rdma:DEVICE`},
 		{[]string{"--target", "rdma:"}, `--target "rdma:": want softhca or rdma:DEVICE`},
-		{[]string{"--agent", "/bin/true"}, `--agent and --lib need --target rdma:DEVICE, not "softhca"`},
+		{[]string{"--agent", "/bin/true"}, `--agent, --lib and --port-addrs need --target rdma:DEVICE, not "softhca"`},
+		{[]string{"--port-addrs", "10.0.0.1"}, `--agent, --lib and --port-addrs need --target rdma:DEVICE, not "softhca"`},
+		{[]string{"--target", "rdma:rxe0", "--port-addrs", "10.0.0.1,10.0.0"}, `--port-addrs "10.0.0.1,10.0.0": "10.0.0" is not an IP address`},
+		{[]string{"--target", "rdma:softhca0", "--lib", "build", "--port-addrs", "10.0.0.1"}, `--port-addrs: the drop-in library's addresses are set by --lib's devices`},
 		{[]string{"--target", "rdma:softhca0", "--lib", "/nonexistent"}, `--lib "/nonexistent"`},
 	} {
 		var out, errb bytes.Buffer
@@ -39,4 +44,20 @@ func TestConformanceTargetFlags(t *testing.T) {
 		require.Equal(t, exitUsage, code, "%v", c.args)
 		require.Contains(t, errb.String(), c.msg, "%v", c.args)
 	}
+}
+
+// TestConformancePortAddrs checks that --port-addrs makes a target that
+// tells the query_gid cases the port's addresses, in order, IPv4-mapped
+// ones unmapped.
+func TestConformancePortAddrs(t *testing.T) {
+	target, err := conformanceTarget("rdma:rxe0", "", "", "10.77.0.2, ::ffff:10.1.2.3,2001:db8::5")
+	require.NoError(t, err)
+	at, ok := target.(conformance.AddrTarget)
+	require.True(t, ok, "--port-addrs gives an AddrTarget")
+	require.Equal(t, []netip.Addr{netip.MustParseAddr("10.77.0.2"), netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("2001:db8::5")}, at.PortAddrs())
+	require.Equal(t, "rdma:rxe0", at.Name())
+	plain, err := conformanceTarget("rdma:rxe0", "", "", "")
+	require.NoError(t, err)
+	_, ok = plain.(conformance.AddrTarget)
+	require.False(t, ok, "without --port-addrs the addresses are unknown")
 }

@@ -59,7 +59,7 @@
 //
 // # conformance
 //
-//	softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR]] [-report FILE.json]
+//	softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR] [--port-addrs IP,...]] [-report FILE.json]
 //	softhca conformance report [-o FILE.md] RUN.json...
 //
 // conformance runs every case of package conformance against softhca in
@@ -68,7 +68,8 @@
 // (package conformance/rdma; --agent names a prebuilt one, otherwise the
 // embedded agent.c is compiled, which needs gcc and libibverbs-dev; --lib
 // runs the agents on softhca's drop-in libibverbs.so.1 in that
-// directory). It prints PASS/FAIL/SKIP per case with its label (spec or
+// directory; --port-addrs tells the query_gid cases the addresses of a
+// device it does not set up itself). It prints PASS/FAIL/SKIP per case with its label (spec or
 // implementation-defined), and ends with "N passed, N failed, N skipped".
 // A case that declares a deviation for the target's implementation
 // reports XFAIL when it fails (with the deviation's citation) and XPASS
