@@ -31,7 +31,7 @@ func (e *env) testConformance(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 		defer cancel()
 		share := filepath.Join(e.dir, "vm", "share")
-		cmd := goCmd(ctx, "build", "-o", filepath.Join(share, "softhca-static"), "github.com/softhca/softhca/cmd/softhca")
+		cmd := goCmd(ctx, "build", "-buildvcs=auto", "-o", filepath.Join(share, "softhca-static"), "github.com/softhca/softhca/cmd/softhca")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("building softhca without cgo: %v\n%s", err, out)

@@ -4,7 +4,7 @@
 # on Linux rxe (the JSON report the interop run leaves in its directory),
 # merged side by side.
 #
-#   make libibverbs && go build -o softhca ./cmd/softhca
+#   make libibverbs && go build -buildvcs=auto -o softhca ./cmd/softhca   (the reports name its commit)
 #   SOFTHCA_INTEROP_DIR=/tmp/i go test -tags interop -run 'TestInterop/conformance' ./interop/
 #   docs/scripts/conformance-report.sh /tmp/i/conformance-rxe.json
 set -eu
