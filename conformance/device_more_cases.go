@@ -132,15 +132,20 @@ func init() {
 			Label: ImplementationDefined,
 			Run: func(t *T, d Device) {
 				addrs := nqPortAddrs(t)
+				seen := false
 				for i, a := range addrs {
 					g, err := d.QueryGID(1, i+1)
 					ExpectOK(t, err, "query_gid "+strconv.Itoa(i+1))
 					if !a.Is4() {
 						continue
 					}
+					seen = true
 					want := verbs.GID{10: 0xff, 11: 0xff}
 					copy(want[12:], a.AsSlice())
 					Expect(t, g, want, "GID["+strconv.Itoa(i+1)+"] of "+a.String())
+				}
+				if !seen {
+					t.Skipf("the port has no IPv4 address")
 				}
 			},
 		},

@@ -61,6 +61,44 @@ func TestDropIn(t *testing.T) {
 	}
 }
 
+// TestDropInIPv6 runs the query_gid cases on a drop-in device whose
+// address is IPv6 (::1): the library's device has the one address
+// SOFTHCA_ADDR gives it, so TestDropIn's IPv4 devices skip
+// query_gid/ipv6-address-gid, which must pass here, as it does on the Go
+// API (whose devices have both).
+func TestDropInIPv6(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the drop-in library is built for it")
+	}
+	agent, lib := dropInLib(t)
+	v6 := netip.MustParseAddr("::1")
+	target := DropInAt("softhca0", lib, agent, [3]netip.Addr{v6, v6, v6})
+	ran := false
+	for _, c := range conformance.Cases() {
+		if !strings.HasPrefix(c.Name, "query_gid/") {
+			continue
+		}
+		t.Run(c.Name, func(t *testing.T) {
+			r := conformance.RunCase(target, c)
+			msg := strings.Join(r.Messages, "\n")
+			switch {
+			case r.Outcome == conformance.Failed:
+				t.Fatalf("%s\n%s", c.Cite, msg)
+			case c.Name == "query_gid/ipv6-address-gid":
+				ran = true
+				if r.Outcome != conformance.Passed {
+					t.Fatalf("%s on an IPv6 device: %s, want PASS\n%s", c.Name, r.Outcome, msg)
+				}
+			case r.Outcome == conformance.Skipped:
+				t.Skip(msg)
+			}
+		})
+	}
+	if !ran {
+		t.Fatal("the suite has no case query_gid/ipv6-address-gid any more: update this test")
+	}
+}
+
 // dropInKnown are the cases that pass against softhca's Go API and fail
 // through the drop-in library, and why: TestDropIn reports them as
 // skipped, and fails when one starts passing. None today.
