@@ -516,13 +516,19 @@ func decodePortAttr(d *decoder) verbs.PortAttr {
 	return a
 }
 
+// chain returns the linked list that starts at first, in order.
+func chain[T any](first *T, next func(*T) *T) []*T {
+	var list []*T
+	for w := first; w != nil; w = next(w) {
+		list = append(list, w)
+	}
+	return list
+}
+
 // encodeRecvWRs writes a receive WR list; it returns the WRs in order,
 // to name the one the agent refuses.
 func encodeRecvWRs(e *encoder, wr *verbs.RecvWR) []*verbs.RecvWR {
-	var list []*verbs.RecvWR
-	for w := wr; w != nil; w = w.Next {
-		list = append(list, w)
-	}
+	list := chain(wr, func(w *verbs.RecvWR) *verbs.RecvWR { return w.Next })
 	e.u32(uint32(len(list)))
 	for _, w := range list {
 		e.u64(w.WRID)
@@ -534,10 +540,7 @@ func encodeRecvWRs(e *encoder, wr *verbs.RecvWR) []*verbs.RecvWR {
 // encodeSendWRs writes a send WR list; ah maps a WR's address handle to
 // the agent's handle of it (0 for none).
 func encodeSendWRs(e *encoder, wr *verbs.SendWR, ah func(verbs.AH) uint32) []*verbs.SendWR {
-	var list []*verbs.SendWR
-	for w := wr; w != nil; w = w.Next {
-		list = append(list, w)
-	}
+	list := chain(wr, func(w *verbs.SendWR) *verbs.SendWR { return w.Next })
 	e.u32(uint32(len(list)))
 	for _, w := range list {
 		e.u64(w.WRID)
@@ -560,10 +563,7 @@ func encodeSendWRs(e *encoder, wr *verbs.SendWR, ah func(verbs.AH) uint32) []*ve
 }
 
 func encodeOpsWRs(e *encoder, wr *verbs.OpsWR) []*verbs.OpsWR {
-	var list []*verbs.OpsWR
-	for w := wr; w != nil; w = w.Next {
-		list = append(list, w)
-	}
+	list := chain(wr, func(w *verbs.OpsWR) *verbs.OpsWR { return w.Next })
 	e.u32(uint32(len(list)))
 	for _, w := range list {
 		e.u64(w.WRID)
