@@ -10,9 +10,13 @@ import (
 )
 
 // Asynchronous event cases: ibv_get_async_event, ibv_ack_async_event and
-// the wait of ibv_destroy_* for acknowledgements. The events softhca can
-// raise without a transport engine are IBV_EVENT_QP_LAST_WQE_REACHED (a QP
-// on an SRQ entering ERR) and IBV_EVENT_CQ_ERR (a CQ overrun by flushes).
+// the wait of ibv_destroy_* for acknowledgements. The events a device
+// raises without traffic are IBV_EVENT_QP_LAST_WQE_REACHED (a QP on an SRQ
+// entering ERR; rxe never raises it) and IBV_EVENT_CQ_ERR (a CQ overrun
+// by flushes). The cases about ibv_get_async_event itself (blocking,
+// non-blocking, interrupted, several waiters) wait for a CQ_ERR from an
+// overrun by one completion, which every implementation raises once
+// (nqCQErr); the cases about LAST_WQE_REACHED use that event.
 
 func init() {
 	Register(
@@ -20,27 +24,19 @@ func init() {
 			Name:  "get_async_event/nonblocking-eagain",
 			Cite:  `ibv_get_async_event(3) EXAMPLES: with O_NONBLOCK set on ctx->async_fd the queue is polled "until it has an async event"; a non-blocking read of an empty queue fails with EAGAIN`,
 			Label: Spec,
-			Deviations: []Deviation{{
-				Impl: ImplRxe,
-				Cite: rxeNoLastWQE,
-				Note: "rxe raises no IBV_EVENT_QP_LAST_WQE_REACHED, the event this case takes non-blocking",
-			}},
 			Run: func(t *T, d Device) {
 				d.SetAsyncNonBlocking(true)
 				_, err := d.GetAsyncEvent(nqNB(t))
 				ExpectErrno(t, err, syscall.EAGAIN, "non-blocking get_async_event with nothing queued")
 				f := NewFixture(t, d)
-				q := nqSRQQPInErr(t, f)
+				c := nqCQErr(t, f)
 				// softhca raises the event within modify_qp; poll briefly for
 				// a target that raises it later.
 				deadline := time.Now().Add(2 * time.Second)
 				for {
 					e, err := d.GetAsyncEvent(nqNB(t))
 					if err == nil {
-						Expect(t, e.Type, verbs.EventQPLastWQEReached, "event type")
-						if e.QP != q {
-							t.Fatalf("event names QP %v, want the QP moved to ERR", e.QP)
-						}
+						nqExpectCQErr(t, e, c)
 						d.AckAsyncEvent(e)
 						break
 					}
@@ -58,11 +54,6 @@ func init() {
 			Name:  "get_async_event/interrupted-wait-consumes-nothing",
 			Cite:  `ibv_get_async_event(3): "waits for the next async event" and returns -1 on error; an interrupted wait takes no event (here a done context plays the signal)`,
 			Label: ImplementationDefined,
-			Deviations: []Deviation{{
-				Impl: ImplRxe,
-				Cite: rxeNoLastWQE,
-				Note: "rxe raises no IBV_EVENT_QP_LAST_WQE_REACHED, the event this case waits for after the interrupted waits",
-			}},
 			Run: func(t *T, d Device) {
 				_, err := d.GetAsyncEvent(Ctx(t, 10*time.Millisecond))
 				if err == nil || !errors.Is(err, context.DeadlineExceeded) {
@@ -75,12 +66,9 @@ func init() {
 					t.Fatalf("get_async_event with a cancelled context: %v, want an error matching context.Canceled", err)
 				}
 				f := NewFixture(t, d)
-				q := nqSRQQPInErr(t, f)
+				c := nqCQErr(t, f)
 				e := nqGetAsync(t, d)
-				Expect(t, e.Type, verbs.EventQPLastWQEReached, "event type after the interrupted waits")
-				if e.QP != q {
-					t.Fatalf("event names QP %v, want the QP moved to ERR", e.QP)
-				}
+				nqExpectCQErr(t, e, c)
 				d.AckAsyncEvent(e)
 			},
 		},
@@ -145,11 +133,6 @@ func init() {
 			Name:  "async_event/one-waiter-gets-each-event",
 			Cite:  `ibv_get_async_event(3): "If multiple threads call this function simultaneously, then when an async event occurs, only one thread will receive it"`,
 			Label: Spec,
-			Deviations: []Deviation{{
-				Impl: ImplRxe,
-				Cite: rxeNoLastWQE,
-				Note: "rxe raises no IBV_EVENT_QP_LAST_WQE_REACHED, the single event the waiters wait for",
-			}},
 			Run: func(t *T, d Device) {
 				type res struct {
 					e   AsyncEvent
@@ -165,14 +148,14 @@ func init() {
 				}
 				time.Sleep(10 * time.Millisecond)
 				f := NewFixture(t, d)
-				q := nqSRQQPInErr(t, f)
+				c := nqCQErr(t, f)
 				got := 0
 				for range 2 {
 					r := <-out
 					if r.err == nil {
 						got++
-						if r.e.QP != q {
-							t.Errorf("event names QP %v, want the QP moved to ERR", r.e.QP)
+						if r.e.Type != verbs.EventCQErr || r.e.CQ != c {
+							t.Errorf("event %v names CQ %v, want IBV_EVENT_CQ_ERR of the overrun CQ", r.e.Type, r.e.CQ)
 						}
 						d.AckAsyncEvent(r.e)
 					}
@@ -184,11 +167,6 @@ func init() {
 			Name:  "async_event/blocked-get-wakes-on-event",
 			Cite:  `ibv_get_async_event(3): "waits for the next async event of the RDMA device context context and returns it"`,
 			Label: Spec,
-			Deviations: []Deviation{{
-				Impl: ImplRxe,
-				Cite: rxeNoLastWQE,
-				Note: "rxe raises no IBV_EVENT_QP_LAST_WQE_REACHED, the event that should wake the blocked get",
-			}},
 			Run: func(t *T, d Device) {
 				type res struct {
 					e   AsyncEvent
@@ -206,13 +184,10 @@ func init() {
 				case <-time.After(20 * time.Millisecond):
 				}
 				f := NewFixture(t, d)
-				q := nqSRQQPInErr(t, f)
+				c := nqCQErr(t, f)
 				r := <-out
 				ExpectOK(t, r.err, "blocked get_async_event")
-				Expect(t, r.e.Type, verbs.EventQPLastWQEReached, "event type")
-				if r.e.QP != q {
-					t.Fatalf("event names QP %v, want the QP moved to ERR", r.e.QP)
-				}
+				nqExpectCQErr(t, r.e, c)
 				d.AckAsyncEvent(r.e)
 			},
 		},
@@ -229,4 +204,30 @@ func nqSRQQPInErr(t *T, f *Fixture) QP {
 	f.Walk(t, q, verbs.QPTypeRC, verbs.QPStateInit, 0)
 	f.Walk(t, q, verbs.QPTypeRC, verbs.QPStateErr, 0)
 	return q
+}
+
+// nqCQErr overruns a fresh CQ by one flushed completion, which raises
+// IBV_EVENT_CQ_ERR for it (once, on every implementation), and returns
+// the CQ. Its QP is in ERR and destroyed when the case ends, before the
+// CQ, which the case's acknowledgement of the event lets go.
+func nqCQErr(t *T, f *Fixture) CQ {
+	t.Helper()
+	c, q := nqOverrunBy(t, f, 1)
+	t.Cleanup(func() {
+		_ = q.Destroy(Ctx(t, time.Second))
+		_ = c.Destroy(Ctx(t, time.Second))
+	})
+	return c
+}
+
+// nqExpectCQErr checks that e is IBV_EVENT_CQ_ERR of c, naming only c.
+func nqExpectCQErr(t *T, e AsyncEvent, c CQ) {
+	t.Helper()
+	Expect(t, e.Type, verbs.EventCQErr, "event type")
+	if e.CQ != c {
+		t.Fatalf("event names CQ %v, want the overrun CQ", e.CQ)
+	}
+	if e.QP != nil || e.SRQ != nil {
+		t.Fatalf("a CQ event also names QP %v / SRQ %v", e.QP, e.SRQ)
+	}
 }
