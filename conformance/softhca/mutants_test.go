@@ -28,6 +28,7 @@ type nqMutation struct {
 	srqPartial     bool // modify_srq applies the limit before checking max_wr
 	asyncBlocking  bool // the async queue ignores non-blocking mode
 	asyncQPDropped bool // async events lose their QP
+	asyncCQDropped bool // async events lose their CQ
 }
 
 type nqMutant struct {
@@ -101,6 +102,9 @@ func (d *mDevice) GetAsyncEvent(ctx context.Context) (conformance.AsyncEvent, er
 	e.CQ = d.wrapCQ(e.CQ)
 	if d.m.asyncQPDropped {
 		e.QP = nil
+	}
+	if d.m.asyncCQDropped {
+		e.CQ = nil
 	}
 	return e, err
 }
@@ -289,7 +293,14 @@ func TestNonQPCasesCatchMutants(t *testing.T) {
 		{"async-blocking", nqMutation{asyncBlocking: true}, []string{"get_async_event/nonblocking-eagain"}},
 		{"async-qp-dropped", nqMutation{asyncQPDropped: true}, []string{
 			"async_event/last-wqe-reached-delivered-once",
+			"modify_qp/ERR/with-srq-raises-LAST_WQE_REACHED/RC",
+		}},
+		{"async-cq-dropped", nqMutation{asyncCQDropped: true}, []string{
 			"async_event/blocked-get-wakes-on-event",
+			"async_event/one-waiter-gets-each-event",
+			"get_async_event/nonblocking-eagain",
+			"get_async_event/interrupted-wait-consumes-nothing",
+			"async_event/destroy-cq-waits-for-cq-err-ack",
 		}},
 	}
 	byName := map[string]conformance.Case{}
