@@ -134,15 +134,25 @@ func (s *side) createQP(t testing.TB, typ verbs.QPType) {
 // connect brings a and b's QPs to RTS, pointed at each other.
 func connect(t testing.TB, a, b *side, typ verbs.QPType, mtu verbs.MTU) {
 	t.Helper()
+	connectWith(t, a, b, typ, mtu, nil)
+}
+
+// connectWith is connect with the options edit changes (nil: none).
+func connectWith(t testing.TB, a, b *side, typ verbs.QPType, mtu verbs.MTU, edit func(*hca.ConnectOptions)) {
+	t.Helper()
 	a.createQP(t, typ)
 	b.createQP(t, typ)
 	for _, p := range [][2]*side{{a, b}, {b, a}} {
 		me, peer := p[0], p[1]
 		gid, err := peer.dev.QueryGID(1, 1)
 		require.NoError(t, err)
-		require.NoError(t, me.qp.Connect(hca.Remote{QPN: peer.qp.Num(), PSN: 100, GID: gid}, &hca.ConnectOptions{
+		o := &hca.ConnectOptions{
 			PathMTU: mtu, PSN: 100, QKey: 0x1234, MinRNRTimer: 1, MaxRdAtomic: 8, MaxDestRdAtomic: 8,
-			Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}))
+			Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+		if edit != nil {
+			edit(o)
+		}
+		require.NoError(t, me.qp.Connect(hca.Remote{QPN: peer.qp.Num(), PSN: 100, GID: gid}, o))
 	}
 }
 
@@ -355,7 +365,11 @@ func TestCloseSendsOwedACK(t *testing.T) {
 // answer posted at once completes on the sender with the message's ACK.
 func TestBusyPollOwedACK(t *testing.T) {
 	a, b := udpPairConfig(t, true, 4<<20, hca.Config{BusyPoll: true})
-	connect(t, a, b, verbs.QPTypeRC, verbs.MTU1024)
+	// A local ACK timeout of 4.096 us * 2^20, about 4.3 s, so that only an
+	// ACK never sent retransmits, not one a loaded machine (two spinning
+	// pollers on two cores, other tests beside) delivered after the
+	// default 67 ms: CI saw 2 retransmissions with the default.
+	connectWith(t, a, b, verbs.QPTypeRC, verbs.MTU1024, func(o *hca.ConnectOptions) { o.Timeout = 20 })
 	spin := func(s *side, wcs []verbs.WC) int {
 		for {
 			if n := s.cq.Poll(wcs); n > 0 {
