@@ -34,6 +34,8 @@ func TestDispatch(t *testing.T) {
 		{name: "help unknown", args: []string{"help", "nope"}, code: exitUsage, stderr: `unknown command "nope"`, listsUsage: true},
 		{name: "help too many", args: []string{"help", "decode", "x"}, code: exitUsage, stderr: "usage: softhca help"},
 		{name: "decode -h", args: []string{"decode", "-h"}, code: exitOK, stderr: "usage: softhca decode"},
+		{name: "conformance -h", args: []string{"conformance", "-h"}, code: exitOK, stderr: "usage: softhca conformance"},
+		{name: "conformance report -h", args: []string{"conformance", "report", "-h"}, code: exitOK, stderr: "usage: softhca conformance report"},
 		{name: "decode no files", args: []string{"decode"}, code: exitUsage, stderr: "no capture files"},
 		{name: "decode bad flag", args: []string{"decode", "-nope", "x.pcap"}, code: exitUsage, stderr: "flag provided but not defined: -nope"},
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	_ "embed" // agent.c
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -186,7 +187,7 @@ func startAgent(path, device string, env []string) (*agent, int, error) {
 func (a *agent) call(req *encoder, fdIn int) (syscall.Errno, *decoder, int, error) {
 	op := uint32(0)
 	if len(req.b) >= 4 {
-		op = uint32(req.b[0]) | uint32(req.b[1])<<8 | uint32(req.b[2])<<16 | uint32(req.b[3])<<24
+		op = binary.LittleEndian.Uint32(req.b)
 	}
 	if len(req.b) > maxMsg {
 		return 0, nil, -1, verbs.Errorf(opName(op), syscall.E2BIG, "request of %d bytes is larger than the agent protocol's %d", len(req.b), maxMsg)
