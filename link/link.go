@@ -89,6 +89,11 @@ type Stats struct {
 	TxDropped uint64
 	// RxTruncated counts received datagrams larger than the buffer.
 	RxTruncated uint64
+	// RxSocketDropped counts datagrams addressed to the link that the
+	// kernel dropped before the link could read them, nearly always
+	// because the socket's receive buffer was full (link/udp reads the
+	// socket's drop count, SO_MEMINFO's SK_MEMINFO_DROPS).
+	RxSocketDropped uint64
 	// QueueDropped counts packets a bottleneck queue in the link dropped
 	// because it was full (link/pipe's Faults.Queue).
 	QueueDropped uint64

@@ -219,8 +219,12 @@ func (e *Engine) Close() error {
 	return err
 }
 
-// Stats returns a snapshot of the counters.
-func (e *Engine) Stats() Stats { return e.c.Snapshot() }
+// Stats returns a snapshot of the counters, the link's included.
+func (e *Engine) Stats() Stats {
+	s := e.c.Snapshot()
+	s.Link = e.cfg.Link.Stats()
+	return s
+}
 
 // Congestion returns the device's congestion state (its configuration
 // and the packets in flight in the device window).

@@ -39,6 +39,7 @@ type fakeLink struct {
 	sent       [][]byte
 	closed     bool
 	sendClosed int // Send calls after Close
+	stats      link.Stats
 }
 
 func newFakeLink() *fakeLink {
@@ -78,7 +79,11 @@ func (l *fakeLink) Send(pkts []link.Packet) error {
 }
 
 func (l *fakeLink) LocalAddr() (wire.Net, error) { return wire.Net{Src: localAddr, SrcPort: 4791}, nil }
-func (l *fakeLink) Stats() link.Stats            { return link.Stats{} }
+func (l *fakeLink) Stats() link.Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stats
+}
 
 func (l *fakeLink) Close() error {
 	l.mu.Lock()
@@ -653,4 +658,22 @@ func TestEngineHeldLetsResponsesPass(t *testing.T) {
 	et.e.Sync()
 	require.Equal(t, []string{wire.RCAcknowledge.String()}, got, "the ACK passed the held requests")
 	require.Equal(t, []string{"x recv 0", "x recv 7"}, et.log.get(), "the second request waits behind the first; the ACK does not")
+}
+
+// TestEngineStatsLinkDrops: the engine's counters include the packets its
+// link dropped, each under a named reason, so that a program reading
+// Stats.DropNames sees every drop and not only the transport's.
+func TestEngineStatsLinkDrops(t *testing.T) {
+	et := newEngineT(t, Config{Workers: 1})
+	et.l.mu.Lock()
+	et.l.stats = link.Stats{TxPackets: 9, TxDropped: 1, RxTruncated: 2, RxSocketDropped: 3}
+	et.l.mu.Unlock()
+	s := et.e.Stats()
+	require.Equal(t, uint64(9), s.Link.TxPackets)
+	require.Equal(t, map[string]uint64{
+		"link: send failed":                             1,
+		"link: datagram larger than the receive buffer": 2,
+		"link: socket receive buffer full":              3,
+	}, s.DropNames())
+	require.Equal(t, uint64(6), s.Dropped())
 }

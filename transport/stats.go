@@ -3,6 +3,7 @@ package transport
 import (
 	"sync/atomic"
 
+	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/wire"
 )
 
@@ -126,6 +127,9 @@ type Stats struct {
 	RateCuts, RateIncreases, RateUnpaced              uint64
 	PacerWaits, DeviceWaits, DeviceRateWaits          uint64
 	CEReceived, CNPsSent, LossCNPs, CNPsReceived      uint64
+	// Link is the link's own counters (Engine.Stats fills it; a bare
+	// Counters snapshot leaves it zero).
+	Link link.Stats
 }
 
 // Snapshot returns the counters' current values.
@@ -149,8 +153,23 @@ func (c *Counters) Snapshot() Stats {
 	return s
 }
 
+// namedCount is a counter and its name.
+type namedCount struct {
+	name string
+	n    uint64
+}
+
+// linkDrops are the link's drop counters, by name.
+func (s Stats) linkDrops() [3]namedCount {
+	return [3]namedCount{
+		{"link: send failed", s.Link.TxDropped},
+		{"link: datagram larger than the receive buffer", s.Link.RxTruncated},
+		{"link: socket receive buffer full", s.Link.RxSocketDropped},
+	}
+}
+
 // DropNames returns the non-zero drop counters by name (the codec's
-// prefixed with "parse: ").
+// prefixed with "parse: ", the link's with "link: ").
 func (s Stats) DropNames() map[string]uint64 {
 	m := map[string]uint64{}
 	for i, v := range s.ParseDrops {
@@ -161,6 +180,11 @@ func (s Stats) DropNames() map[string]uint64 {
 	for i, v := range s.Drops {
 		if v != 0 {
 			m[DropReason(i).String()] = v
+		}
+	}
+	for _, d := range s.linkDrops() {
+		if d.n != 0 {
+			m[d.name] = d.n
 		}
 	}
 	return m
@@ -176,6 +200,9 @@ func (s Stats) Dropped() uint64 {
 	}
 	for _, v := range s.Drops {
 		n += v
+	}
+	for _, d := range s.linkDrops() {
+		n += d.n
 	}
 	return n
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -113,6 +114,9 @@ type Link struct {
 
 	txPackets, txBytes, txDropped  atomic.Uint64
 	rxPackets, rxBytes, rxTruncate atomic.Uint64
+	// sockDrops is the socket's drop count when Stats or Close last read
+	// it (the kernel counts; closing the socket loses the count).
+	sockDrops atomic.Uint64
 
 	tx txState
 	rx rxState
@@ -297,6 +301,8 @@ func (l *Link) Stats() link.Stats {
 		RxPackets:   l.rxPackets.Load(),
 		RxBytes:     l.rxBytes.Load(),
 		RxTruncated: l.rxTruncate.Load(),
+
+		RxSocketDropped: l.socketDrops(),
 	}
 }
 
@@ -320,6 +326,7 @@ func (l *Link) Info() Info {
 // Close closes the socket; a blocked Recv or Send returns net.ErrClosed.
 // Closing twice is not an error.
 func (l *Link) Close() error {
+	l.socketDrops() // the last count, before the socket goes
 	if !l.closed.CompareAndSwap(false, true) {
 		return nil
 	}
@@ -327,6 +334,24 @@ func (l *Link) Close() error {
 		return fmt.Errorf("link/udp: %w", err)
 	}
 	return nil
+}
+
+// socketDrops reads how many datagrams the kernel dropped at the socket
+// (SO_MEMINFO, Linux 3.9 and later) and returns it; once the socket is
+// closed, or if the kernel cannot say, it returns the last count read.
+func (l *Link) socketDrops() uint64 {
+	if !l.closed.Load() {
+		var mem [16]uint32 // SK_MEMINFO_VARS, and room for more in later kernels
+		n := uint32(unsafe.Sizeof(mem))
+		_ = l.rc.Control(func(fd uintptr) {
+			_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
+				uintptr(unsafe.Pointer(&mem[0])), uintptr(unsafe.Pointer(&n)), 0)
+			if e == 0 && n >= 4*(unix.SK_MEMINFO_DROPS+1) {
+				l.sockDrops.Store(uint64(mem[unix.SK_MEMINFO_DROPS]))
+			}
+		})
+	}
+	return l.sockDrops.Load()
 }
 
 // closedErr turns an error from RawConn into net.ErrClosed when the link

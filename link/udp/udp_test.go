@@ -461,3 +461,44 @@ func TestNoGoroutines(t *testing.T) {
 	}
 	require.LessOrEqual(t, runtime.NumGoroutine(), before, "goroutines left behind")
 }
+
+// TestSocketDrops: datagrams the kernel drops because the receiver's
+// socket buffer is full are counted as RxSocketDropped, and the count
+// survives Close (a program reads its final counters after closing).
+func TestSocketDrops(t *testing.T) {
+	t.Parallel()
+	a := open(t, udp.Config{Addr: lo4})
+	b, err := udp.Open(udp.Config{Addr: lo4})
+	require.NoError(t, err)
+	n := netFor(t, a, b)
+	// b never reads: 8,000 datagrams of 1,000 bytes take more than its
+	// buffer holds (4 MiB asked, which the kernel doubles: some 3,600
+	// such datagrams at their true size).
+	const sent = 8000
+	batch := make([]link.Packet, 64)
+	for i := 0; i < sent; i += len(batch) {
+		for j := range batch {
+			batch[j] = sized(&n, 1, i+j, 1000)
+		}
+		require.NoError(t, a.Send(batch))
+	}
+	require.Equal(t, uint64(sent), a.Stats().TxPackets)
+	dropped := b.Stats().RxSocketDropped
+	require.Positive(t, dropped, "a full receive buffer dropped nothing")
+	// What the socket kept, b reads now; the two add up to at most what
+	// was sent (loopback's backlog may drop some before the socket).
+	bufs := recvBufs(64)
+	var read uint64
+	for {
+		k, err := b.TryRecv(bufs)
+		require.NoError(t, err)
+		if k == 0 {
+			break
+		}
+		read += uint64(k)
+	}
+	require.Positive(t, read)
+	require.LessOrEqual(t, read+dropped, uint64(sent))
+	require.NoError(t, b.Close())
+	require.Equal(t, dropped, b.Stats().RxSocketDropped, "the count after Close")
+}
