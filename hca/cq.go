@@ -72,6 +72,7 @@ func (c *CompChannel) Close() error { return c.ch.Close() }
 type CQ struct {
 	cq     *cq.CQ
 	dev    *Device
+	num    uint32 // the CQ's number (cqn), for Resources
 	ch     *CompChannel
 	events eventCounter // async events (CQ_ERR) about this CQ
 	dead   atomic.Bool  // Destroy succeeded: a busy-polling PollWait stops
@@ -103,6 +104,9 @@ func (d *Device) CreateCQ(cqe int, ch *CompChannel, ctx any, compVector int) (*C
 		return nil, err
 	}
 	w.cq = c
+	w.num = d.nextCQ
+	d.nextCQ++
+	d.cqs[w.num] = w
 	c.SetOverrunHandler(func(*cq.CQ) { d.ev.raise(AsyncEvent{Type: verbs.EventCQErr, CQ: w}) })
 	return w, nil
 }
@@ -214,6 +218,10 @@ func (c *CQ) Destroy(ctx context.Context) error {
 	}
 	c.dead.Store(true)
 	c.dev.ev.purge(func(e *AsyncEvent) bool { return e.CQ == c })
-	c.dev.release(&c.dev.counts.cq)
+	d := c.dev
+	d.mu.Lock()
+	d.counts.cq--
+	delete(d.cqs, c.num)
+	d.mu.Unlock()
 	return nil
 }

@@ -34,6 +34,13 @@ type Device struct {
 	nextQPN uint32
 	qps     map[uint32]*QP // by QP number; protected by mu
 	counts  struct{ pd, cq, qp, srq, ah int }
+	// The live PDs, CQs and SRQs by number, for Resources; protected
+	// by mu. CQs and SRQs are numbered from 1 in creation order, as
+	// the kernel numbers cqn and srqn.
+	pds             map[uint32]*PD
+	cqs             map[uint32]*CQ
+	srqs            map[uint32]*SRQ
+	nextCQ, nextSRQ uint32
 }
 
 // Open opens a device with the given configuration (ibv_open_device).
@@ -75,6 +82,11 @@ func Open(cfg Config) (*Device, error) {
 		nextPD:  1,
 		nextQPN: firstQPN,
 		qps:     map[uint32]*QP{},
+		pds:     map[uint32]*PD{},
+		cqs:     map[uint32]*CQ{},
+		srqs:    map[uint32]*SRQ{},
+		nextCQ:  1,
+		nextSRQ: 1,
 	}
 	d.ev.init()
 	d.local = local
@@ -276,12 +288,6 @@ func (d *Device) reserveLocked(op string, n *int, limit uint32, what string) err
 	}
 	*n++
 	return nil
-}
-
-func (d *Device) release(n *int) {
-	d.mu.Lock()
-	*n--
-	d.mu.Unlock()
 }
 
 // AH is an address handle (ibv_ah).

@@ -26,6 +26,7 @@ func (d *Device) AllocPD() (*PD, error) {
 	}
 	p := &PD{dev: d, handle: d.nextPD}
 	d.nextPD++
+	d.pds[p.handle] = p
 	return p, nil
 }
 
@@ -49,6 +50,7 @@ func (p *PD) Dealloc() error {
 	}
 	p.dead = true
 	d.counts.pd--
+	delete(d.pds, p.handle)
 	return nil
 }
 

@@ -14,7 +14,8 @@ import (
 type SRQ struct {
 	srq    *srq.SRQ
 	pd     *PD
-	cq     *CQ // a tag-matching SRQ's CQ, else nil
+	num    uint32 // the SRQ's number (srqn), for Resources
+	cq     *CQ    // a tag-matching SRQ's CQ, else nil
 	events eventCounter
 }
 
@@ -97,6 +98,9 @@ func (p *PD) CreateSRQ(init *SRQInitAttr) (*SRQ, error) {
 		return nil, err
 	}
 	w.srq = s
+	w.num = d.nextSRQ
+	d.nextSRQ++
+	d.srqs[w.num] = w
 	p.refs++
 	return w, nil
 }
@@ -152,6 +156,7 @@ func (s *SRQ) Destroy(ctx context.Context) error {
 		s.cq.cq.RemoveUser()
 	}
 	d.counts.srq--
+	delete(d.srqs, s.num)
 	s.pd.refs--
 	return nil
 }

@@ -26,8 +26,10 @@
 package mr
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -208,6 +210,30 @@ func (t *Table) Count() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.keys.live
+}
+
+// Regions returns the registered regions, ordered by protection domain
+// and then by address (for inspection: rdma resource show mr).
+func (t *Table) Regions() []*MR {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]*MR, 0, t.keys.live)
+	slots := t.keys.arr.Load().slots
+	for i := range slots {
+		if m := slots[i].Load(); m != nil && m != tombstone {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b *MR) int {
+		if a.pd != b.pd {
+			return cmp.Compare(a.pd, b.pd)
+		}
+		if a.addr != b.addr {
+			return cmp.Compare(a.addr, b.addr)
+		}
+		return cmp.Compare(a.key, b.key)
+	})
+	return out
 }
 
 // Get returns the region with the key, or nil. It takes no lock.

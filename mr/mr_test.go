@@ -150,3 +150,28 @@ func TestLookupConcurrentWithRegistration(t *testing.T) {
 	require.True(t, errors.As(err, &e))
 	require.Equal(t, "reg_mr", e.Op)
 }
+
+// TestRegions lists the live regions, by PD and address, and no
+// deregistered one.
+func TestRegions(t *testing.T) {
+	tb := NewTable(16, 1<<20)
+	bufs := make([][]byte, 4)
+	var regs []*MR
+	for i := range bufs {
+		bufs[i] = make([]byte, 64)
+		m, err := tb.Register(uint32(2-i%2), bufs[i], verbs.AccessLocalWrite)
+		require.NoError(t, err)
+		regs = append(regs, m)
+	}
+	require.NoError(t, tb.Deregister(regs[1]))
+	got := tb.Regions()
+	require.Len(t, got, 3)
+	for i, m := range got {
+		require.NotSame(t, regs[1], m)
+		if i > 0 {
+			prev := got[i-1]
+			require.True(t, prev.PD() < m.PD() || prev.PD() == m.PD() && prev.Addr() < m.Addr(), "order at %d", i)
+		}
+	}
+	require.Empty(t, NewTable(1, 1).Regions())
+}
