@@ -38,8 +38,9 @@ func (f *fake) Call(_ context.Context, r control.Request) (any, error) {
 			return nil, control.Errorf(syscall.ENOENT, "no SRQs")
 		}
 		return []map[string]any{{"object": r.Object}}, nil
+	default:
+		return nil, errors.New("plain failure")
 	}
-	return nil, errors.New("plain failure")
 }
 
 func (f *fake) Trace(ctx context.Context, _ control.Request, send func(*control.Packet, uint64) error) error {
