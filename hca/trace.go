@@ -15,3 +15,10 @@ const (
 // Stats are the transport's counters (Device.TransportStats): packets,
 // retries, NAKs, and every dropped packet by named reason.
 type Stats = transport.Stats
+
+// Drop reasons an application may look up in Stats.Drops (the others are
+// named by Stats.DropNames and Stats.DropCounts).
+const (
+	DropDuplicate     = transport.DropDuplicate     // a duplicate request (answered again, not executed)
+	DropOutOfSequence = transport.DropOutOfSequence // RC: a request beyond the expected PSN (NAKed once)
+)

@@ -676,4 +676,8 @@ func TestEngineStatsLinkDrops(t *testing.T) {
 		"link: socket receive buffer full":              3,
 	}, s.DropNames())
 	require.Equal(t, uint64(6), s.Dropped())
+	all := s.DropCounts()
+	require.Len(t, all, NumDropReasons+wire.NumDropReasons-1+3)
+	require.Equal(t, uint64(3), all["link: socket receive buffer full"])
+	require.Equal(t, uint64(0), all[DropUnknownQP.String()])
 }

@@ -190,6 +190,25 @@ func (s Stats) DropNames() map[string]uint64 {
 	return m
 }
 
+// DropCounts returns every drop counter by name, those still zero
+// included (the names DropNames uses), so that a metrics exporter has a
+// stable set of series.
+func (s Stats) DropCounts() map[string]uint64 {
+	m := map[string]uint64{}
+	for i, v := range s.ParseDrops {
+		if i != int(wire.DropNone) {
+			m["parse: "+wire.DropReason(i).String()] = v
+		}
+	}
+	for i, v := range s.Drops {
+		m[DropReason(i).String()] = v
+	}
+	for _, d := range s.linkDrops() {
+		m[d.name] = d.n
+	}
+	return m
+}
+
 // Dropped returns how many packets were dropped in all, for every reason.
 func (s Stats) Dropped() uint64 {
 	var n uint64

@@ -1,0 +1,308 @@
+// Package daemon is `softhca serve`: a soft HCA that outlives the
+// commands that use it. It owns one hca.Device on a UDP address, the
+// named target memory regions peers use, a ring of recently traced
+// packets, and the servers that show them: the control API on a Unix
+// socket (package control), and optionally a Prometheus endpoint and a
+// web page.
+//
+// # Goroutines
+//
+// Start opens everything on the caller's goroutine and starts one
+// goroutine per server (control, HTTP, metrics), which start one per
+// connection. The device's own goroutines (the transport) call the
+// tracer's hook for every packet; it only copies the packet into a
+// fixed ring. Stop, from any goroutine, runs the shutdown once: the
+// servers stop accepting and close their connections, the device moves
+// every QP to the error state (each outstanding work request completes
+// with a flush error) and closes its link, and the control socket is
+// removed.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/softhca/softhca/cmd/softhca/internal/control"
+	"github.com/softhca/softhca/hca"
+	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/link/udp"
+	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
+)
+
+// ErrAddrInUse is wrapped by Start when the device's UDP address or the
+// control socket is taken.
+var ErrAddrInUse = errors.New("address in use")
+
+// Daemon is a running soft HCA.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	started time.Time
+	listen  netip.AddrPort
+	control string
+
+	dev     *hca.Device
+	pd      *hca.PD
+	regions []region
+	tr      *tracer
+
+	ctl      *control.Server
+	ctlLn    net.Listener
+	httpSrv  *http.Server
+	httpAddr string
+	metSrv   *http.Server
+	metAddr  string
+
+	// stopCtx ends when the shutdown begins: streams (web, trace) that
+	// would keep a server's Shutdown waiting end with it.
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
+
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// region is a registered named region.
+type region struct {
+	Region
+	buf []byte
+	mr  *hca.MR
+}
+
+// Start opens the device and its servers. On error nothing stays open.
+func Start(cfg Config) (_ *Daemon, err error) {
+	if cfg.Name == "" {
+		cfg.Name = "softhca0"
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 5 * time.Second
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Log, now: cfg.Now}
+	d.stopCtx, d.stopCancel = context.WithCancel(context.Background())
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.now == nil {
+		d.now = time.Now
+	}
+	d.started = d.now()
+	defer func() {
+		if err != nil {
+			d.closeAll()
+		}
+	}()
+	d.listen = cfg.Listen
+	if !d.listen.IsValid() {
+		a, err := primaryAddr()
+		if err != nil {
+			return nil, err
+		}
+		d.listen = netip.AddrPortFrom(a, wire.RoCEv2Port)
+	}
+	if err := d.openDevice(); err != nil {
+		return nil, err
+	}
+	if err := d.registerRegions(); err != nil {
+		return nil, err
+	}
+	d.control = cfg.Control
+	if d.control == "" {
+		d.control = control.SocketPath(cfg.Name)
+	}
+	ln, err := control.Listen(d.control)
+	if err != nil {
+		if errors.Is(err, control.ErrInUse) {
+			return nil, fmt.Errorf("control socket %s: another softhca daemon answers there (stop it, or give this one --control PATH and another --name): %w", d.control, ErrAddrInUse)
+		}
+		return nil, err
+	}
+	d.ctlLn = ln
+	d.ctl = &control.Server{Handler: &api{d: d}, Log: d.log}
+	d.goServe("control", func() error { return d.ctl.Serve(ln) })
+	if cfg.Metrics != "" {
+		if err := d.startMetrics(cfg.Metrics); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.HTTP != "" {
+		if err := d.startHTTP(cfg.HTTP); err != nil {
+			return nil, err
+		}
+	}
+	d.log.Info("serving", "device", cfg.Name, "listen", d.listen.String(), "control", d.control,
+		"http", d.httpAddr, "metrics", d.metAddr, "regions", len(d.regions))
+	for _, r := range d.regions {
+		d.log.Info("region", "name", r.Name, "addr", fmt.Sprintf("%#x", r.mr.Addr()), "length", r.Size,
+			"rkey", fmt.Sprintf("%#x", r.mr.RKey()), "access", AccessNames(r.Access))
+	}
+	return d, nil
+}
+
+// openDevice binds the UDP address and opens the device on it.
+func (d *Daemon) openDevice() error {
+	var l link.Link
+	var err error
+	if d.cfg.OpenLink != nil {
+		l, err = d.cfg.OpenLink(d.listen)
+	} else {
+		l, err = udp.Open(udp.Config{Addr: d.listen, GSO: true, GRO: true, ECN: true})
+	}
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("UDP %s is in use: another softhca daemon, or the kernel's rdma_rxe (which owns port %d on every address once an rxe device exists; `rdma link show` lists them), already has it; choose another with --listen ADDR:PORT: %w",
+				d.listen, d.listen.Port(), ErrAddrInUse)
+		}
+		if errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return fmt.Errorf("UDP %s: no interface of this host has the address %s: %w", d.listen, d.listen.Addr(), err)
+		}
+		return fmt.Errorf("UDP %s: %w", d.listen, err)
+	}
+	if a, err := l.LocalAddr(); err == nil {
+		d.listen = netip.AddrPortFrom(a.Src, a.SrcPort)
+	}
+	mtu := d.cfg.MTU
+	if mtu == 0 {
+		mtu = hca.ActiveMTUFor(d.listen.Addr())
+	}
+	ring := d.cfg.TraceRing
+	d.tr = newTracer(ring, d.now)
+	hc := hca.Config{
+		Name:     d.cfg.Name,
+		Link:     l,
+		PeerPort: d.cfg.PeerPort,
+		PortAttr: verbs.PortAttr{ActiveMTU: mtu},
+	}
+	if ring > 0 {
+		hc.Trace = d.tr.record
+	}
+	d.dev, err = hca.Open(hc)
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("device %s on UDP %s: %w", d.cfg.Name, d.listen, err)
+	}
+	return nil
+}
+
+func (d *Daemon) registerRegions() error {
+	if len(d.cfg.Regions) == 0 {
+		return nil
+	}
+	var err error
+	if d.pd, err = d.dev.AllocPD(); err != nil {
+		return fmt.Errorf("regions: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, r := range d.cfg.Regions {
+		if seen[r.Name] {
+			return fmt.Errorf("region %q is named twice: %w", r.Name, syscall.EINVAL)
+		}
+		seen[r.Name] = true
+		buf := make([]byte, r.Size)
+		m, err := d.pd.RegMR(buf, r.Access)
+		if err != nil {
+			return fmt.Errorf("region %q (%d bytes): %w", r.Name, r.Size, err)
+		}
+		d.regions = append(d.regions, region{Region: r, buf: buf, mr: m})
+	}
+	return nil
+}
+
+// goServe runs a server's loop; its unexpected end is logged.
+func (d *Daemon) goServe(what string, serve func() error) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			d.log.Error("server stopped", "server", what, "err", err)
+		}
+	}()
+}
+
+// Device returns the daemon's device.
+func (d *Daemon) Device() *hca.Device { return d.dev }
+
+// Listen returns the device's UDP address.
+func (d *Daemon) Listen() netip.AddrPort { return d.listen }
+
+// ControlPath returns the control socket's path.
+func (d *Daemon) ControlPath() string { return d.control }
+
+// HTTPAddr and MetricsAddr return the servers' bound addresses ("" when
+// not serving).
+func (d *Daemon) HTTPAddr() string    { return d.httpAddr }
+func (d *Daemon) MetricsAddr() string { return d.metAddr }
+
+// Stop shuts the daemon down, once; later calls return the first one's
+// result. The servers stop first, so that no request sees a closing
+// device; then the device closes (every QP to the error state, every
+// outstanding work request completed with a flush error, the link
+// closed). It returns an error wrapping context.DeadlineExceeded when
+// that took longer than Config.ShutdownTimeout.
+func (d *Daemon) Stop() error {
+	d.stopOnce.Do(func() {
+		d.log.Info("stopping")
+		done := make(chan struct{})
+		go func() {
+			d.closeAll()
+			close(done)
+		}()
+		t := time.NewTimer(d.cfg.ShutdownTimeout)
+		defer t.Stop()
+		select {
+		case <-done:
+			d.log.Info("stopped")
+		case <-t.C:
+			d.stopErr = fmt.Errorf("the shutdown took longer than %v: %w", d.cfg.ShutdownTimeout, context.DeadlineExceeded)
+		}
+	})
+	return d.stopErr
+}
+
+// closeAll closes whatever is open.
+func (d *Daemon) closeAll() {
+	d.stopCancel()
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
+	defer cancel()
+	if d.ctl != nil {
+		d.ctl.Close()
+	} else if d.ctlLn != nil {
+		d.ctlLn.Close()
+	}
+	for _, s := range []*http.Server{d.httpSrv, d.metSrv} {
+		if s != nil {
+			_ = s.Shutdown(ctx)
+		}
+	}
+	d.wg.Wait()
+	if d.dev != nil {
+		if err := d.dev.Close(); err != nil {
+			d.log.Warn("closing the device", "err", err)
+		}
+	}
+}
+
+// Run starts the daemon, serves until ctx is done, and stops it.
+func Run(ctx context.Context, cfg Config) error {
+	d, err := Start(cfg)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return d.Stop()
+}
+
+// pid is the daemon's process ID (res lists it as the owner of every
+// object, as rdma resource show lists the process that made it).
+var pid = os.Getpid()
