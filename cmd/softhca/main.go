@@ -197,6 +197,10 @@ var commands = []command{
 	{"perf", "perftest's ib_{send,write,read,atomic}_{bw,lat}, either side, on a softhca device", runPerf},
 	{"run", "run an unmodified libibverbs program on a softhca device (the drop-in libibverbs.so.1)", runRun},
 	{"env", "print the environment that puts a program on a softhca device", runEnv},
+	{"serve", "run a soft HCA until stopped: a device on UDP, its control socket, web page and metrics", runServe},
+	{"status", "describe a running daemon", runStatus},
+	{"res", "list a running daemon's verbs objects (rdma resource show)", runRes},
+	{"stat", "print a running daemon's counters (rdma statistic)", runStat},
 }
 
 // Exit statuses shared by the commands.
@@ -264,7 +268,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, "softhca is a user-space RDMA HCA speaking RoCEv2.\n\n")
 	fmt.Fprint(w, "Usage:\n\n\tsofthca <command> [flags] [arguments]\n\nCommands:\n\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "\t%-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "\t%-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, "\nRun \"softhca help <command>\" for a command's flags.\n")
 }

@@ -50,9 +50,11 @@ func (d *Daemon) Status() control.Status {
 		Objects:   map[string]int{"pd": len(res.PDs), "mr": len(res.MRs), "cq": len(res.CQs), "qp": len(res.QPs), "srq": len(res.SRQs)},
 		RxPackets: st.RxPackets, TxPackets: st.TxPackets, Dropped: st.Dropped(),
 	}
+	// The table's entries in use (index 0, the link-local GID, and one
+	// per address), as ibv_devinfo -v lists them.
 	for i := 0; ; i++ {
 		g, err := d.dev.QueryGID(1, i)
-		if err != nil {
+		if err != nil || g == (verbs.GID{}) {
 			break
 		}
 		s.GIDs = append(s.GIDs, g.String())

@@ -161,8 +161,11 @@ func (d *Daemon) openDevice() error {
 	}
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("UDP %s is in use: another softhca daemon, or the kernel's rdma_rxe (which owns port %d on every address once an rxe device exists; `rdma link show` lists them), already has it; choose another with --listen ADDR:PORT: %w",
-				d.listen, d.listen.Port(), ErrAddrInUse)
+			who := "another softhca daemon or program"
+			if d.listen.Port() == wire.RoCEv2Port {
+				who = "another softhca daemon, or the kernel's rdma_rxe (which owns UDP port 4791 on every address once an rxe device exists; `rdma link show` lists them)"
+			}
+			return fmt.Errorf("UDP %s is in use: %s already has it; choose another with --listen ADDR:PORT: %w", d.listen, who, ErrAddrInUse)
 		}
 		if errors.Is(err, syscall.EADDRNOTAVAIL) {
 			return fmt.Errorf("UDP %s: no interface of this host has the address %s: %w", d.listen, d.listen.Addr(), err)

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/softhca/softhca/cmd/softhca/internal/control"
+	"github.com/softhca/softhca/cmd/softhca/internal/daemon"
+	"github.com/softhca/softhca/hca"
+	"github.com/softhca/softhca/verbs"
+	"github.com/stretchr/testify/require"
+)
+
+// syncBuffer is a bytes.Buffer safe for a daemon's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// serving is serve running in the test's process.
+type serving struct {
+	d              *daemon.Daemon
+	control        string
+	cancel         context.CancelFunc
+	done           chan int
+	stdout, stderr *syncBuffer
+}
+
+// startServe runs serve with args (and a control socket in a temporary
+// directory, no web page) until the test ends or stop is called.
+func startServe(t *testing.T, args ...string) *serving {
+	t.Helper()
+	s := &serving{control: filepath.Join(t.TempDir(), "s.sock"), done: make(chan int, 1),
+		stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	ready := make(chan *daemon.Daemon, 1)
+	args = append([]string{"--control", s.control, "--http", "", "--listen", "127.0.0.1:0"}, args...)
+	go func() { s.done <- serveMain(ctx, args, s.stdout, s.stderr, func(d *daemon.Daemon) { ready <- d }) }()
+	select {
+	case s.d = <-ready:
+	case code := <-s.done:
+		t.Fatalf("serve exited with %d:\n%s%s", code, s.stdout, s.stderr)
+	}
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+// stop ends serve as SIGTERM does and returns its exit status.
+func (s *serving) stop(t *testing.T) int {
+	s.cancel()
+	code, ok := <-s.done
+	if ok {
+		close(s.done)
+		s.done = make(chan int, 1)
+		s.done <- code
+		return code
+	}
+	return 0
+}
+
+// TestServeAndClients: a daemon serves; status, res and stat describe it
+// in text and JSON; stopping exits 0 and removes the socket.
+func TestServeAndClients(t *testing.T) {
+	s := startServe(t, "--region", "tgt:4K:rw", "--name", "lab0")
+	require.Contains(t, s.stdout.String(), "softhca serve: lab0 on UDP 127.0.0.1:")
+	require.Contains(t, s.stderr.String(), "msg=serving device=lab0")
+	dev := s.d.Device()
+	pd, err := dev.AllocPD()
+	require.NoError(t, err)
+	cq, err := dev.CreateCQ(32, nil, nil, 0)
+	require.NoError(t, err)
+	qp, err := pd.CreateQP(&hca.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTypeUD,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+
+	ctl := "--control=" + s.control
+	code, out, errs := runCmd(t, "status", ctl)
+	require.Equal(t, exitOK, code, errs)
+	require.Contains(t, out, "lab0: serving on UDP "+s.d.Listen().String())
+	require.Contains(t, out, "objects   pd 2 cq 1 qp 1 mr 1 srq 0")
+	require.Contains(t, out, "region    tgt addr 0x")
+	require.Contains(t, out, "access local_write,remote_write,remote_read")
+	require.Contains(t, out, "gid 1     0000:0000:0000:0000:0000:ffff:7f00:0001")
+
+	code, out, _ = runCmd(t, "res", ctl)
+	require.Equal(t, exitOK, code)
+	require.Equal(t, "0: lab0: pd 2 cq 1 qp 1 mr 1 srq 0\n", out)
+	code, out, _ = runCmd(t, "res", "qp", ctl)
+	require.Equal(t, exitOK, code)
+	require.Equal(t, fmt.Sprintf("link lab0/1 lqpn %d type UD state RESET sq-psn 0 pdn %d send-cqn 1 recv-cqn 1 sq-outstanding 0 rq-posted 0 pid %d comm softhca\n",
+		qp.Num(), pd.Handle(), os.Getpid()), out)
+	code, out, _ = runCmd(t, "res", "qp", "-j", ctl) // a flag after the object
+	require.Equal(t, exitOK, code)
+	var qps []control.QP
+	require.NoError(t, json.Unmarshal([]byte(out), &qps))
+	require.Equal(t, qp.Num(), qps[0].LQPN)
+	require.Equal(t, "RESET", qps[0].State)
+	code, out, _ = runCmd(t, "res", "mr", ctl)
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "mrlen 4096 pdn 1 name tgt addr 0x")
+	code, _, errs = runCmd(t, "res", "ah", ctl)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errs, `unknown object "ah"`)
+
+	code, out, _ = runCmd(t, "stat", ctl)
+	require.Equal(t, exitOK, code)
+	require.True(t, strings.HasPrefix(out, "link lab0/1 sent_pkts 0 rcvd_pkts 0 duplicate_request 0"), out)
+	code, out, _ = runCmd(t, "stat", "-j", ctl)
+	require.Equal(t, exitOK, code)
+	var st control.Stat
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	require.Equal(t, "lab0", st.Device)
+
+	require.Equal(t, exitOK, s.stop(t))
+	require.Contains(t, s.stderr.String(), "msg=stopped")
+	_, err = os.Stat(s.control)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	code, _, errs = runCmd(t, "status", ctl)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errs, "no softhca daemon is running at "+s.control)
+}
+
+// TestServeTwice: a second daemon on the same UDP address fails at once
+// with exit status 3 and says what owns the address.
+func TestServeTwice(t *testing.T) {
+	s := startServe(t)
+	var out, errb bytes.Buffer
+	code := serveMain(context.Background(), []string{"--listen", s.d.Listen().String(), "--http", "",
+		"--control", filepath.Join(t.TempDir(), "second.sock")}, &out, &errb, nil)
+	require.Equal(t, exitInUse, code)
+	require.Contains(t, errb.String(), "softhca serve: UDP "+s.d.Listen().String()+" is in use")
+	// The same control socket, another address.
+	errb.Reset()
+	code = serveMain(context.Background(), []string{"--listen", "127.0.0.1:0", "--http", "", "--control", s.control}, &out, &errb, nil)
+	require.Equal(t, exitInUse, code)
+	require.Contains(t, errb.String(), "another softhca daemon answers there")
+	code, _, _ = runCmd(t, "status", "--control", s.control)
+	require.Equal(t, exitOK, code, "the first daemon still serves")
+}
+
+// TestServeUsage: bad flags, values and configuration files are usage
+// errors (exit 2) that name what is wrong, and nothing starts.
+func TestServeUsage(t *testing.T) {
+	dir := t.TempDir()
+	n := 0
+	conf := func(body string) string {
+		n++
+		p := filepath.Join(dir, fmt.Sprintf("c%d.conf", n))
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		return p
+	}
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--mtu", "1500"}, "--mtu 1500: want 256, 512, 1024, 2048 or 4096"},
+		{[]string{"--region", "x:1Q"}, `invalid value "x:1Q" for flag -region`},
+		{[]string{"--listen", "nowhere"}, `listen address "nowhere"`},
+		{[]string{"--log-format", "xml"}, `--log-format "xml": want text or json`},
+		{[]string{"--log-level", "loud"}, `--log-level "loud"`},
+		{[]string{"--name", "a/b"}, `--name "a/b"`},
+		{[]string{"--peer-port", "0"}, "--peer-port 0"},
+		{[]string{"--trace-ring", "-1"}, "--trace-ring -1"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--config", filepath.Join(dir, "missing.conf")}, "missing.conf: no such file"},
+		{[]string{"--config", conf("listen 1.2.3.4\n")}, `:1: "listen 1.2.3.4": want key = value`},
+		{[]string{"--config", conf("# c\ncolour = blue\n")}, `:2: unknown key "colour"`},
+		{[]string{"--config", conf("mtu = 9000\n")}, "--mtu 9000"},
+		{[]string{"--config", conf("region = bad\n")}, ":1: region: region \"bad\""},
+		{[]string{"--config", conf("config = other\n")}, "cannot name another"},
+	} {
+		var out, errb bytes.Buffer
+		code := serveMain(context.Background(), append([]string{"--control", filepath.Join(dir, "never.sock")}, tc.args...), &out, &errb, nil)
+		require.Equal(t, exitUsage, code, "%v: %s", tc.args, errb.String())
+		require.Contains(t, errb.String(), tc.msg, tc.args)
+	}
+	_, err := os.Stat(filepath.Join(dir, "never.sock"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	code, out, _ := runCmd(t, "serve", "-h")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "Exit status: 0 stopped cleanly")
+}
+
+// TestServeConfigFile: the file sets flags; the command line wins.
+func TestServeConfigFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "serve.conf")
+	require.NoError(t, os.WriteFile(p, []byte("# lab\nname = fromfile\nregion = a:1K:r\nregion = b:2K\ntrace-ring = 8\n"), 0o600))
+	s := startServe(t, "--config", p, "--trace-ring", "16")
+	var st control.Status
+	c, err := control.Dial(s.control)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Call(context.Background(), control.Request{Op: control.OpStatus}, &st))
+	require.Equal(t, "fromfile", st.Device)
+	require.Len(t, st.Regions, 2)
+	require.Equal(t, uint64(2048), st.Regions[1].Length)
+}
+
+// TestClientsUsage: the clients' usage errors and their -h.
+func TestClientsUsage(t *testing.T) {
+	for _, name := range []string{"status", "res", "stat"} {
+		code, out, _ := runCmd(t, name, "-h")
+		require.Equal(t, exitOK, code)
+		require.Contains(t, out, "usage: softhca "+name)
+		require.Contains(t, out, "Examples:")
+		code, _, errs := runCmd(t, name, "--nope")
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, errs, "flag provided but not defined: -nope")
+	}
+	code, _, errs := runCmd(t, "res", "qp", "cq", "--control", "/nonexistent.sock")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errs, `unexpected argument "cq"`)
+	code, _, errs = runCmd(t, "stat", "--control", "/nonexistent/x.sock")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errs, "no softhca daemon is running at /nonexistent/x.sock")
+}
