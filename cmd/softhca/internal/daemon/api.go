@@ -46,7 +46,7 @@ func (d *Daemon) Status() control.Status {
 		Device: d.cfg.Name, Listen: d.listen.String(),
 		ActiveMTU: d.dev.Config().PortAttr.ActiveMTU.Bytes(),
 		Control:   d.control, HTTP: d.httpAddr, Metrics: d.metAddr,
-		Services: []control.Service{}, Regions: d.regionList(),
+		Services: d.serviceList(), Regions: d.regionList(),
 		Objects:   map[string]int{"pd": len(res.PDs), "mr": len(res.MRs), "cq": len(res.CQs), "qp": len(res.QPs), "srq": len(res.SRQs)},
 		RxPackets: st.RxPackets, TxPackets: st.TxPackets, Dropped: st.Dropped(),
 	}

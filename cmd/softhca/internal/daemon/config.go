@@ -35,6 +35,8 @@ type Config struct {
 	HTTP, Metrics string
 	// Regions are the named target memory regions to register.
 	Regions []Region
+	// Services are the responders to run for peers.
+	Services []Service
 	// TraceRing is how many recent packets the daemon keeps for `softhca
 	// trace` and the web page (0: none are kept or streamed).
 	TraceRing int

@@ -8,14 +8,15 @@
 // # Goroutines
 //
 // Start opens everything on the caller's goroutine and starts one
-// goroutine per server (control, HTTP, metrics), which start one per
-// connection. The device's own goroutines (the transport) call the
-// tracer's hook for every packet; it only copies the packet into a
-// fixed ring. Stop, from any goroutine, runs the shutdown once: the
-// servers stop accepting and close their connections, the device moves
-// every QP to the error state (each outstanding work request completes
-// with a flush error) and closes its link, and the control socket is
-// removed.
+// goroutine per server (control, HTTP, metrics) and per service (the
+// pingpong and perftest responders), the servers one per connection. The
+// device's own goroutines (the transport) call the tracer's hook for
+// every packet; it only copies the packet into a fixed ring. Stop, from
+// any goroutine, runs the shutdown once: the services stop taking
+// clients; the device closes, which moves every QP to the error state
+// (each outstanding work request completes with a flush error, which the
+// services' runs see) and closes its link; then the runs, the streams and
+// the servers end, and the control socket is removed.
 package daemon
 
 import (
@@ -28,6 +29,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -68,6 +70,10 @@ type Daemon struct {
 	// would keep a server's Shutdown waiting end with it.
 	stopCtx    context.Context
 	stopCancel context.CancelFunc
+
+	services []*service
+	svcWG    sync.WaitGroup
+	stopping atomic.Bool // the shutdown began: service loops end
 
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -115,6 +121,9 @@ func Start(cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	if err := d.registerRegions(); err != nil {
+		return nil, err
+	}
+	if err := d.startServices(); err != nil {
 		return nil, err
 	}
 	d.control = cfg.Control
@@ -247,11 +256,8 @@ func (d *Daemon) ControlPath() string { return d.control }
 func (d *Daemon) HTTPAddr() string    { return d.httpAddr }
 func (d *Daemon) MetricsAddr() string { return d.metAddr }
 
-// Stop shuts the daemon down, once; later calls return the first one's
-// result. The servers stop first, so that no request sees a closing
-// device; then the device closes (every QP to the error state, every
-// outstanding work request completed with a flush error, the link
-// closed). It returns an error wrapping context.DeadlineExceeded when
+// Stop shuts the daemon down (see the package documentation for the
+// order), once; later calls return the first one's result. It returns an error wrapping context.DeadlineExceeded when
 // that took longer than Config.ShutdownTimeout.
 func (d *Daemon) Stop() error {
 	d.stopOnce.Do(func() {
@@ -273,8 +279,19 @@ func (d *Daemon) Stop() error {
 	return d.stopErr
 }
 
-// closeAll closes whatever is open.
+// closeAll closes whatever is open, in the order that delivers every
+// completion: no new service client; the device closes (every QP moves
+// to the error state and each outstanding work request completes with a
+// flush error, which the services' runs see); then the runs and the
+// streams end and the servers close.
 func (d *Daemon) closeAll() {
+	d.stopping.Store(true)
+	d.closeServiceListeners()
+	if d.dev != nil {
+		if err := d.dev.Close(); err != nil {
+			d.log.Warn("closing the device", "err", err)
+		}
+	}
 	d.stopCancel()
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 	defer cancel()
@@ -288,12 +305,8 @@ func (d *Daemon) closeAll() {
 			_ = s.Shutdown(ctx)
 		}
 	}
+	d.svcWG.Wait()
 	d.wg.Wait()
-	if d.dev != nil {
-		if err := d.dev.Close(); err != nil {
-			d.log.Warn("closing the device", "err", err)
-		}
-	}
 }
 
 // Run starts the daemon, serves until ctx is done, and stops it.
