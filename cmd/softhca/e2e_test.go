@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -33,7 +34,9 @@ var (
 func softhcaBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "softhca-e2e-")
+		// One build for every test of the binary, so not t.TempDir,
+		// which ends with the test that made it; TestMain removes it.
+		dir, err := os.MkdirTemp("", "softhca-e2e-") //nolint:usetesting // shared by all tests, removed by TestMain
 		if err != nil {
 			binErr = err
 			return
@@ -41,11 +44,19 @@ func softhcaBinary(t *testing.T) string {
 		binPath = filepath.Join(dir, "softhca")
 		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+			binErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	require.NoError(t, binErr)
 	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
 }
 
 // freeUDPPort returns a UDP port free on addr now.
@@ -98,7 +109,7 @@ func runBinary(t *testing.T, args ...string) (int, string, string) {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else {
 		require.NoError(t, err)
@@ -112,7 +123,7 @@ func (d *daemonProc) stop(t *testing.T) int {
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case err := <-d.done:
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			return ee.ExitCode()
 		}
 		require.NoError(t, err)
