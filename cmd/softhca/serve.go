@@ -39,8 +39,9 @@ Examples:
   softhca serve --listen 127.0.0.1 --region buf:1M:rwa --metrics 127.0.0.1:9791
   softhca serve --config /etc/softhca/serve.conf --log-format json
 
-Exit status: 0 stopped cleanly; 1 failed while running, or the stop took
-longer than --shutdown-timeout; 2 usage error (a bad flag, config file or
+Exit status: 0 stopped cleanly; 1 failed while running, the stop took
+longer than --shutdown-timeout, or the stop found work requests whose
+completions were lost (a CQ too small for its QPs' flush overran); 2 usage error (a bad flag, config file or
 region); 3 the UDP address, the control socket or an HTTP port is in use
 (another softhca daemon, or the kernel's rdma_rxe, which owns UDP port
 4791 on every address once an rxe device exists).

@@ -78,6 +78,7 @@ type Daemon struct {
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 	stopErr  error
+	flushErr error // checkFlushed's finding
 }
 
 // region is a registered named region.
@@ -271,6 +272,7 @@ func (d *Daemon) Stop() error {
 		defer t.Stop()
 		select {
 		case <-done:
+			d.stopErr = d.flushErr
 			d.log.Info("stopped")
 		case <-t.C:
 			d.stopErr = fmt.Errorf("the shutdown took longer than %v: %w", d.cfg.ShutdownTimeout, context.DeadlineExceeded)
@@ -291,6 +293,7 @@ func (d *Daemon) closeAll() {
 		if err := d.dev.Close(); err != nil {
 			d.log.Warn("closing the device", "err", err)
 		}
+		d.flushErr = d.checkFlushed()
 	}
 	d.stopCancel()
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
@@ -307,6 +310,29 @@ func (d *Daemon) closeAll() {
 	}
 	d.svcWG.Wait()
 	d.wg.Wait()
+}
+
+// checkFlushed checks, once the device is closed, that every work
+// request was completed: no QP holds an outstanding one (the flush
+// completed each, signaled or not, with an error) and no CQ overran
+// (which would have lost completions). It logs what it found.
+func (d *Daemon) checkFlushed() error {
+	r := d.dev.Resources()
+	var outstanding, unpolled, overruns int
+	for _, q := range r.QPs {
+		outstanding += q.SendQueued + q.RecvQueued
+	}
+	for _, c := range r.CQs {
+		unpolled += c.Queued
+		if c.InError {
+			overruns++
+		}
+	}
+	d.log.Info("flushed", "qps", len(r.QPs), "outstanding_wrs", outstanding, "cq_overruns", overruns, "completions_unpolled", unpolled)
+	if outstanding > 0 || overruns > 0 {
+		return fmt.Errorf("after the flush %d work requests were outstanding and %d CQs had overrun: completions were lost", outstanding, overruns)
+	}
+	return nil
 }
 
 // Run starts the daemon, serves until ctx is done, and stops it.

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -38,6 +40,24 @@ func start(t *testing.T, edit func(*daemon.Config)) *daemon.Daemon {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, d.Stop()) })
 	return d
+}
+
+// syncBuffer is a buffer a daemon's goroutines may write to.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func dial(t *testing.T, d *daemon.Daemon) *control.Client {
@@ -225,7 +245,9 @@ func TestSecondDaemonSameAddress(t *testing.T) {
 // request of its QPs (a flush error each), and removes the socket.
 func TestStopFlushes(t *testing.T) {
 	pl, pport := peerLink(t)
-	cfg := daemon.Config{Listen: lo, PeerPort: pport, Control: filepath.Join(t.TempDir(), "d.sock")}
+	var logs syncBuffer
+	cfg := daemon.Config{Listen: lo, PeerPort: pport, Control: filepath.Join(t.TempDir(), "d.sock"),
+		Log: slog.New(slog.NewTextHandler(&logs, nil))}
 	d, err := daemon.Start(cfg)
 	require.NoError(t, err)
 	p := newPeer(t, d.Device())
@@ -247,6 +269,33 @@ func TestStopFlushes(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist)
 	_, err = control.Dial(cfg.Control)
 	require.ErrorIs(t, err, control.ErrNoDaemon)
+	require.Contains(t, logs.String(), "msg=flushed qps=1 outstanding_wrs=0 cq_overruns=0 completions_unpolled=3")
+}
+
+// TestStopReportsOverrun: a CQ too small for the flush of its QP's work
+// requests overruns, completions are lost, and Stop says so.
+func TestStopReportsOverrun(t *testing.T) {
+	d, err := daemon.Start(daemon.Config{Listen: lo, Control: filepath.Join(t.TempDir(), "d.sock")})
+	require.NoError(t, err)
+	dev := d.Device()
+	pd, err := dev.AllocPD()
+	require.NoError(t, err)
+	cq, err := dev.CreateCQ(1, nil, nil, 0)
+	require.NoError(t, err)
+	buf := make([]byte, 64)
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+	require.NoError(t, err)
+	qp, err := pd.CreateQP(&hca.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTypeRC,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	require.NoError(t, qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
+	for i := range 8 {
+		_, err := qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{mr.SGE(0, 64)}})
+		require.NoError(t, err)
+	}
+	err = d.Stop()
+	require.ErrorContains(t, err, "CQs had overrun: completions were lost")
 }
 
 // TestMetrics: the Prometheus exposition has the device's counters, and
