@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/google/gopacket v1.1.19
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/image v0.47.0
 	golang.org/x/sys v0.49.0
 )
 
