@@ -135,6 +135,9 @@ func (c *Chart) WriteFile(name string) error {
 // through, in name's directory, so that a caller can find out early
 // whether name can be written at all (and later Commit it or remove it).
 func CreateTemp(name string) (*os.File, error) {
+	if fi, err := os.Stat(name); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("cannot write %s: it is a directory", name)
+	}
 	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
 	if err != nil {
 		return nil, fmt.Errorf("cannot write %s: %w", name, err)

@@ -327,6 +327,9 @@ func TestWriteFile(t *testing.T) {
 	}
 	require.ErrorContains(t, c.WriteFile(filepath.Join(dir, "bw.gif")), "unknown extension")
 	require.ErrorContains(t, c.WriteFile(filepath.Join(dir, "no", "such", "dir.svg")), "cannot write")
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "d.svg"), 0o755))
+	require.ErrorContains(t, c.WriteFile(filepath.Join(dir, "d.svg")), "d.svg: it is a directory")
+	require.NoError(t, os.Remove(filepath.Join(dir, "d.svg")))
 	require.ErrorContains(t, (&Chart{}).WriteFile(filepath.Join(dir, "empty.svg")), "no series")
 	// Nothing is left behind: only the two plots.
 	ents, err := os.ReadDir(dir)
