@@ -165,6 +165,36 @@
 // port) and GID index 1 is that address, as with rxe. The exit status is
 // 0 when the test ran, 1 when it failed and 2 on usage errors.
 //
+// Progress, sweeps and plots are softhca's own additions:
+//
+//	softhca perf TEST [--sweep] [--plot FILE.svg|FILE.png] [--progress] ... [server]
+//
+// A measurement that runs longer than a second shows its progress on
+// stderr: the message size (and which of the sizes), the iterations done
+// and the rate since the last report (bandwidth in MB/sec or Gb/sec, or
+// for latency tests the average latency in usec), as one line kept up to
+// date when stderr is a terminal, and as a line a second with --progress
+// when it is not (nothing otherwise). stdout carries perftest's output
+// alone, byte for byte, so that it compares with perftest's. --sweep is
+// -a under a name that says what it is for: every power of two from 2 B
+// to 8 MiB, as perftest's -a (with its CQ moderation, and the same
+// exchanges, so the peer runs -a or --sweep too and may be perftest);
+// the atomic tests have one size, 8 B, and refuse both, as perftest
+// does. --plot writes the curves of what this side measured, a point per
+// size, against the size on a log2 axis, as SVG or PNG by the file's
+// extension: a _bw test's BW average and BW peak, a _lat test's t_typical
+// and 99% percentile (on a log scale when they span two decades). A _bw
+// run measures no latency and a _lat run no bandwidth, as in perftest,
+// whose programs may be the peer: the latency curve is a second run, of
+// the _lat test. Only a side that measures can plot (the client; either
+// side of send_bw, write_lat and send_lat); the file is written when the
+// test ran, whole or not at all.
+//
+//	server:  softhca perf write --sweep
+//	client:  softhca perf write --sweep --plot bw.svg 10.0.0.1
+//	server:  softhca perf write_lat --sweep
+//	client:  softhca perf write_lat --sweep --plot lat.png 10.0.0.1
+//
 // # Structure
 //
 // Each command lives in its own file as a function with the signature of

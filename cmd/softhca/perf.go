@@ -62,6 +62,7 @@ Examples:
   client:  softhca perf write -s 4096 10.0.0.1
   with rxe on the other host: ib_write_bw -d rxe0 -x 1 -s 4096 [SERVER]
 
+` + perfSweepHelp + `
 With SOFTHCA_STATS=<file> in the environment, the device's transport
 counters are written to file as JSON at the end, as pingpong does.
 ` + rateHelp + `
@@ -116,7 +117,16 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := perftest.Run(ctx, perftest.Config{Options: o, Stdout: stdout, Stderr: stderr, Listening: perfListening, DeviceRate: rate, BusyPoll: busy})
+	cfg := perftest.Config{Options: o, Stdout: stdout, Stderr: stderr, Listening: perfListening, DeviceRate: rate, BusyPoll: busy}
+	extras, err := startPerfExtras(o, &cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
+		return exitUsage
+	}
+	res, err := perftest.Run(ctx, cfg)
+	if xerr := extras.finish(res, err); err == nil {
+		err = xerr
+	}
 	if perfDone != nil {
 		perfDone(o, res)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -63,6 +64,13 @@ func perfAddrs(t *testing.T) (serverIP netip.Addr, serverArgs, clientArgs []stri
 // process with the same arguments, and returns both outcomes.
 func runPerfPair(t *testing.T, test string, args ...string) (server, client perfRun) {
 	t.Helper()
+	return runPerfPairSides(t, test, nil, nil, args...)
+}
+
+// runPerfPairSides is runPerfPair with more arguments for the server
+// and for the client.
+func runPerfPairSides(t *testing.T, test string, serverArgs, clientArgs []string, args ...string) (server, client perfRun) {
+	t.Helper()
 	ip, sa, ca := perfAddrs(t)
 	listening := make(chan net.Addr, 1)
 	var mu sync.Mutex
@@ -81,7 +89,7 @@ func runPerfPair(t *testing.T, test string, args ...string) (server, client perf
 	go func() {
 		defer wg.Done()
 		var out, errb bytes.Buffer
-		server.code = runPerf(append(append(common, "-p", "0"), sa...), &out, &errb)
+		server.code = runPerf(slices.Concat(common, []string{"-p", "0"}, sa, serverArgs), &out, &errb)
 		server.out, server.err = out.String(), errb.String()
 		if server.code != exitOK {
 			listening <- nil // the client must not wait
@@ -91,7 +99,7 @@ func runPerfPair(t *testing.T, test string, args ...string) (server, client perf
 	if a != nil {
 		port := fmt.Sprint(a.(*net.TCPAddr).Port)
 		var out, errb bytes.Buffer
-		client.code = runPerf(append(append(common, "-p", port, ip.String()), ca...), &out, &errb)
+		client.code = runPerf(slices.Concat(common, []string{"-p", port, ip.String()}, ca, clientArgs), &out, &errb)
 		client.out, client.err = out.String(), errb.String()
 	}
 	wg.Wait()

@@ -244,7 +244,9 @@ func (s *session) bwClient(ctx context.Context, size int) (Report, error) {
 	}
 	rem := s.res.Remote
 	wcs := make([]verbs.WC, 16)
+	pr := s.progress(size)
 	base := time.Now()
+	pr.report(base, 0)
 	scnt, ccnt := 0, 0
 	for ccnt < n {
 		for scnt < n && scnt-ccnt < o.TxDepth {
@@ -268,7 +270,8 @@ func (s *session) bwClient(ctx context.Context, size int) (Report, error) {
 		if err != nil {
 			return Report{}, err
 		}
-		now := int64(time.Since(base))
+		t := time.Now()
+		now := int64(t.Sub(base))
 		for _, wc := range wcs[:k] {
 			// A signalled completion completes the unsignalled requests
 			// posted before it.
@@ -276,6 +279,7 @@ func (s *session) bwClient(ctx context.Context, size int) (Report, error) {
 				tcompleted[ccnt] = now
 			}
 		}
+		pr.report(t, ccnt)
 	}
 	return s.bwReport(size, tposted, tcompleted, signaled, 0), nil
 }
@@ -300,7 +304,9 @@ func (s *session) bwServer(ctx context.Context, size int) (Report, error) {
 	n := s.o.Iters
 	inc, slots := s.slotting(size)
 	wcs := make([]verbs.WC, 16)
+	pr := s.progress(size)
 	start := time.Now()
+	pr.report(start, 0)
 	for rcnt := 0; rcnt < n; {
 		k, err := s.wait(ctx, s.recvCQ, wcs)
 		if err != nil {
@@ -318,6 +324,9 @@ func (s *session) bwServer(ctx context.Context, size int) (Report, error) {
 					return Report{}, fmt.Errorf("post_recv: %w", err)
 				}
 			}
+		}
+		if pr != nil {
+			pr.report(time.Now(), rcnt)
 		}
 	}
 	return s.bwReport(size, nil, nil, nil, int64(time.Since(start))), nil

@@ -22,7 +22,9 @@ func (s *session) latWrite(ctx context.Context, size int) (LatReport, error) {
 	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
 		SGList: []verbs.SGE{s.mr.SGE(0, size)}, RDMA: verbs.RDMAInfo{RemoteAddr: rem.VAddr, RKey: rem.RKey}}
 	wcs := make([]verbs.WC, 1)
+	pr := s.progress(size)
 	base := time.Now()
+	pr.report(base, 0)
 	scnt, ccnt, rcnt := 0, 0, 0
 	for scnt < n || ccnt < n || rcnt < n {
 		if rcnt < n && !(scnt < 1 && s.server) {
@@ -32,7 +34,9 @@ func (s *session) latWrite(ctx context.Context, size int) (LatReport, error) {
 			}
 		}
 		if scnt < n {
-			tposted[scnt] = int64(time.Since(base))
+			now := time.Now()
+			tposted[scnt] = int64(now.Sub(base))
+			pr.report(now, scnt)
 			scnt++
 			s.buf[post] = byte(scnt)
 			wr.WRID = uint64(scnt)
@@ -47,6 +51,7 @@ func (s *session) latWrite(ctx context.Context, size int) (LatReport, error) {
 			ccnt++
 		}
 	}
+	pr.report(time.Now(), n)
 	return s.latReport(size, tposted), nil
 }
 
@@ -97,7 +102,9 @@ func (s *session) latSend(ctx context.Context, size int) (LatReport, error) {
 	wr := verbs.SendWR{Opcode: verbs.WRSend, SGList: []verbs.SGE{s.mr.SGE(0, size)}}
 	rwcs := make([]verbs.WC, 1)
 	swcs := make([]verbs.WC, 1)
+	pr := s.progress(size)
 	base := time.Now()
+	pr.report(base, 0)
 	scnt, rcnt := 0, 0
 	for scnt < n || rcnt < n {
 		if rcnt < n && !(scnt < 1 && !s.server) {
@@ -117,7 +124,9 @@ func (s *session) latSend(ctx context.Context, size int) (LatReport, error) {
 			}
 		}
 		if scnt < n {
-			tposted[scnt] = int64(time.Since(base))
+			now := time.Now()
+			tposted[scnt] = int64(now.Sub(base))
+			pr.report(now, scnt)
 			scnt++
 			wr.WRID = uint64(scnt)
 			wr.SendFlags = 0
@@ -135,6 +144,7 @@ func (s *session) latSend(ctx context.Context, size int) (LatReport, error) {
 			}
 		}
 	}
+	pr.report(time.Now(), n)
 	return s.latReport(size, tposted), nil
 }
 
@@ -157,9 +167,12 @@ func (s *session) latRequest(ctx context.Context, size int) (LatReport, error) {
 		}
 	}
 	wcs := make([]verbs.WC, 1)
+	pr := s.progress(size)
 	base := time.Now()
 	for scnt := 0; scnt < n; scnt++ {
-		tposted[scnt] = int64(time.Since(base))
+		now := time.Now()
+		tposted[scnt] = int64(now.Sub(base))
+		pr.report(now, scnt)
 		wr.WRID = uint64(scnt)
 		if _, err := s.qp.PostSend(&wr); err != nil {
 			return LatReport{}, fmt.Errorf("post_send: %w", err)
@@ -168,5 +181,6 @@ func (s *session) latRequest(ctx context.Context, size int) (LatReport, error) {
 			return LatReport{}, err
 		}
 	}
+	pr.report(time.Now(), n)
 	return s.latReport(size, tposted), nil
 }

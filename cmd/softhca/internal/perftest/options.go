@@ -144,8 +144,14 @@ type Options struct {
 	Timeout time.Duration
 	// Stats prints the transport's counters at the end.
 	Stats bool
+	// Plot is the file --plot writes the measured curves to (.svg or
+	// .png; see Chart); empty: none.
+	Plot string
+	// Progress shows the measurement's progress on stderr even when it
+	// is not a terminal (--progress); see ProgressReporter.
+	Progress bool
 
-	sizeSet, cqModSet bool
+	sizeSet, cqModSet, sweep bool
 }
 
 // Help and version requests are returned by ParseArgs as these errors.
@@ -299,6 +305,9 @@ func optTable(o *Options) []optSpec {
 		}},
 
 		{0, "stats", false, false, flag(&o.Stats)},
+		{0, "sweep", false, false, setSweep},
+		{0, "plot", true, false, setPlot},
+		{0, "progress", false, false, flag(&o.Progress)},
 
 		// Options of perftest 4.5-0.17 that softhca perf does not
 		// implement: refused by name rather than ignored.
@@ -463,6 +472,9 @@ func ParseArgs(t Test, args []string) (*Options, error) {
 // combinations, as perftest's init_perftest_params and force_dependecies
 // do.
 func (o *Options) finish() error {
+	if err := o.checkSweep(); err != nil {
+		return err
+	}
 	if o.Verb == Atomic {
 		if o.sizeSet && o.Size != defSizeAtom || o.All {
 			return errors.New("message size cannot be changed for atomic tests (8 bytes)")

@@ -42,6 +42,12 @@ type Config struct {
 	// bound to local; it returns the link and the UDP port of the peer's
 	// device. Tests use it.
 	OpenLink func(local netip.Addr) (link.Link, uint16, error)
+
+	// Progress, if set, is called by the loops that measure with where
+	// they stand (see Progress) and the time they read from their clock;
+	// ProgressReporter shows it. It runs on the measuring goroutine, so
+	// it must be quick.
+	Progress func(now time.Time, p Progress)
 }
 
 // Result is what a run leaves behind for its caller.

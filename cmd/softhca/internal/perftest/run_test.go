@@ -35,6 +35,12 @@ func runPair(t *testing.T, test string, args ...string) (server, client side) {
 // runPairBusy is runPair with Config.BusyPoll on both sides or not.
 func runPairBusy(t *testing.T, busy bool, test string, args ...string) (server, client side) {
 	t.Helper()
+	return runPairWith(t, func(_ bool, c *Config) { c.BusyPoll = busy }, test, args...)
+}
+
+// runPairWith is runPair with each side's Config passed through set.
+func runPairWith(t *testing.T, set func(server bool, c *Config), test string, args ...string) (server, client side) {
+	t.Helper()
 	tst, err := ParseTest(test)
 	require.NoError(t, err)
 	so, err := ParseArgs(tst, args)
@@ -60,8 +66,10 @@ func runPairBusy(t *testing.T, busy bool, test string, args ...string) (server, 
 	run := func(o *Options, lk link.Link, peer uint16, lst net.Listener, into *side) {
 		defer wg.Done()
 		var out bytes.Buffer
-		into.res, into.err = Run(ctx, Config{Options: o, Stdout: &out, Stderr: &out, Listener: lst, BusyPoll: busy,
-			OpenLink: func(netip.Addr) (link.Link, uint16, error) { return lk, peer, nil }})
+		cfg := Config{Options: o, Stdout: &out, Stderr: &out, Listener: lst,
+			OpenLink: func(netip.Addr) (link.Link, uint16, error) { return lk, peer, nil }}
+		set(lst != nil, &cfg)
+		into.res, into.err = Run(ctx, cfg)
 		into.out = out.String()
 		if into.err != nil {
 			cancel() // do not leave the other side waiting
