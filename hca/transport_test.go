@@ -421,3 +421,33 @@ func TestBusyPollOwedACK(t *testing.T) {
 	require.Zero(t, sa.Retransmits+sb.Retransmits, "no ACK was late enough to retransmit")
 	require.Zero(t, sa.RetryTimeouts+sb.RetryTimeouts)
 }
+
+// TestDestroyAfterClose: objects still open when the device closes can be
+// destroyed (Device.Close's promise). Destroying a connected QP after
+// Close hung: the QP's final flush waited for a worker goroutine the
+// closed engine no longer had (the daemon's stop met it when a service's
+// run destroyed its QP after the device closed).
+func TestDestroyAfterClose(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "wait", true: "busypoll"}[busy], func(t *testing.T) {
+			a, b := udpPairConfig(t, true, 4<<20, hca.Config{BusyPoll: busy})
+			connect(t, a, b, verbs.QPTypeRC, verbs.MTU1024)
+			_, err := a.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{a.mr.SGE(0, 64)}})
+			require.NoError(t, err)
+			require.NoError(t, a.dev.Close())
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- a.qp.Destroy(ctx) }()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-ctx.Done():
+				t.Fatal("Destroy after Close did not return")
+			}
+			require.NoError(t, a.cq.Destroy(ctx))
+			require.NoError(t, a.mr.Dereg())
+			require.NoError(t, a.pd.Dealloc())
+		})
+	}
+}

@@ -166,14 +166,18 @@ func newWorker(e *Engine, index, queueLen int) *worker {
 }
 
 // sync waits until everything queued for the worker was handled and
-// sent.
+// sent, or the engine is closed: its goroutines are gone, and nothing
+// will be sent again (Engine.Close syncs every worker before that).
 func (w *worker) sync() {
 	done := make(chan struct{})
 	w.mu.Lock()
 	w.syncs = append(w.syncs, done)
 	w.mu.Unlock()
 	w.wake()
-	<-done
+	select {
+	case <-done:
+	case <-w.e.done:
+	}
 }
 
 func (w *worker) wake() {
