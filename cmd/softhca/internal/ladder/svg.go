@@ -58,10 +58,20 @@ const (
 	loopWidth  = 36 // of a self-addressed packet's loop
 )
 
-// WriteSVG writes the diagram of evs, titled title, to w.
-func WriteSVG(w io.Writer, title string, evs []Event) error {
+// Options are a diagram's title and notes.
+type Options struct {
+	// Title is written at the top.
+	Title string
+	// More counts packets that came after the events given, which the
+	// caller did not keep (a long trace needs to keep only the first
+	// MaxArrows); the note says how many packets there were in all.
+	More int
+}
+
+// WriteSVG writes the diagram of evs to w.
+func WriteSVG(w io.Writer, evs []Event, o Options) error {
 	var b bytes.Buffer
-	render(&b, title, evs)
+	render(&b, evs, o)
 	_, err := w.Write(b.Bytes())
 	return err
 }
@@ -75,11 +85,12 @@ type diagram struct {
 	width     float64
 }
 
-func render(b *bytes.Buffer, title string, all []Event) {
+func render(b *bytes.Buffer, all []Event, o Options) {
 	evs := all
 	if len(evs) > MaxArrows {
 		evs = evs[:MaxArrows]
 	}
+	total := len(all) + max(o.More, 0)
 	d := &diagram{b: b, x: map[string]float64{}}
 	longest := 0 // the longest text that must fit between two lifelines
 	for _, ev := range evs {
@@ -105,8 +116,8 @@ func render(b *bytes.Buffer, title string, all []Event) {
 		}
 	}
 	var notes []string
-	if len(all) > len(evs) {
-		notes = append(notes, fmt.Sprintf("Showing the first %d of %d packets: a diagram shows at most %d, to stay readable.", len(evs), len(all), MaxArrows))
+	if total > len(evs) {
+		notes = append(notes, fmt.Sprintf("Showing the first %d of %d packets: a diagram shows at most %d, to stay readable.", len(evs), total, MaxArrows))
 	}
 	if len(evs) == 0 {
 		notes = append(notes, "No packets.")
@@ -134,7 +145,7 @@ func render(b *bytes.Buffer, title string, all []Event) {
 <marker id="cross" viewBox="0 0 10 10" refX="5" refY="5" markerWidth="10" markerHeight="10"><path d="M1,1 L9,9 M9,1 L1,9" stroke="#b22" stroke-width="2"/></marker>
 </defs>
 `)
-	fmt.Fprintf(b, `<text class="title" x="8" y="18" font-weight="bold">%s</text>`+"\n", esc(title))
+	fmt.Fprintf(b, `<text class="title" x="8" y="18" font-weight="bold">%s</text>`+"\n", esc(o.Title))
 	fmt.Fprintf(b, `<text class="time" x="%s" y="%d" text-anchor="end">time</text>`+"\n", num(timeColumn-12), headTop+16)
 
 	for _, e := range d.endpoints {

@@ -82,7 +82,7 @@ func (n *node) child(name string) *node {
 func render(t *testing.T, title string, evs []ladder.Event) *node {
 	t.Helper()
 	var b bytes.Buffer
-	require.NoError(t, ladder.WriteSVG(&b, title, evs))
+	require.NoError(t, ladder.WriteSVG(&b, evs, ladder.Options{Title: title}))
 	dec := xml.NewDecoder(bytes.NewReader(b.Bytes()))
 	dec.Strict = true
 	var root node
@@ -177,6 +177,12 @@ func TestLadderCap(t *testing.T) {
 	// The note is inside the picture, below the last arrow.
 	require.Greater(t, notes[0].num(t, "y"), pkts[199].child("line").num(t, "y1"))
 	require.LessOrEqual(t, notes[0].num(t, "y"), root.num(t, "height"))
+
+	// A caller that kept only the first packets says how many it left out.
+	var b bytes.Buffer
+	require.NoError(t, ladder.WriteSVG(&b, evs[:3], ladder.Options{More: 997}))
+	require.Contains(t, b.String(), "Showing the first 3 of 1000 packets")
+	require.Equal(t, 3, strings.Count(b.String(), `<g class="packet"`))
 }
 
 // TestLadderDroppedLostLoop: a dropped packet is dashed and ends in a
@@ -251,5 +257,5 @@ type failWriter struct{}
 func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 func TestLadderWriteError(t *testing.T) {
-	require.EqualError(t, ladder.WriteSVG(failWriter{}, "t", nil), "disk full")
+	require.EqualError(t, ladder.WriteSVG(failWriter{}, nil, ladder.Options{}), "disk full")
 }
