@@ -62,6 +62,10 @@ const (
 type Options struct {
 	// Title is written at the top.
 	Title string
+	// Endpoints, when set, are the first lifelines, from the left, in
+	// this order (say, the local address first); other endpoints follow
+	// in the order they first appear.
+	Endpoints []string
 	// More counts packets that came after the events given, which the
 	// caller did not keep (a long trace needs to keep only the first
 	// MaxArrows); the note says how many packets there were in all.
@@ -92,22 +96,43 @@ func render(b *bytes.Buffer, all []Event, o Options) {
 	}
 	total := len(all) + max(o.More, 0)
 	d := &diagram{b: b, x: map[string]float64{}}
-	longest := 0 // the longest text that must fit between two lifelines
-	for _, ev := range evs {
-		for _, e := range [...]string{ev.From, ev.To} {
-			if _, ok := d.x[e]; !ok {
-				d.x[e] = 0
-				d.endpoints = append(d.endpoints, e)
-				longest = max(longest, utf8.RuneCountInString(e)+2)
-			}
+	add := func(e string) {
+		if _, ok := d.x[e]; !ok {
+			d.x[e] = 0
+			d.endpoints = append(d.endpoints, e)
 		}
-		longest = max(longest, utf8.RuneCountInString(ev.Label))
 	}
-	d.spacing = min(max(float64(longest)*charWidth+24, minSpacing), maxSpacing)
+	for _, e := range o.Endpoints {
+		add(e)
+	}
+	longest := 0     // the longest label between two lifelines
+	longestName := 0 // the longest endpoint
+	longestLoop := 0 // the longest label of a loop, right of its lifeline
+	for _, ev := range evs {
+		add(ev.From)
+		add(ev.To)
+		n := utf8.RuneCountInString(ev.Label)
+		if ev.From == ev.To {
+			longestLoop = max(longestLoop, n)
+		} else {
+			longest = max(longest, n)
+		}
+	}
+	for _, e := range d.endpoints {
+		longestName = max(longestName, utf8.RuneCountInString(e))
+	}
+	d.spacing = min(max(float64(max(longest, longestName+2))*charWidth+24, minSpacing), maxSpacing)
+	// Left of the first lifeline only half its box; right of the last,
+	// half its box or a loop and its label.
+	half := min(float64(longestName)*charWidth+16, d.spacing-16)/2 + 8
 	for i, e := range d.endpoints {
-		d.x[e] = timeColumn + d.spacing/2 + float64(i)*d.spacing
+		d.x[e] = timeColumn + half + float64(i)*d.spacing
 	}
-	d.width = timeColumn + d.spacing*float64(max(len(d.endpoints), 1)) + loopWidth
+	right := half
+	if longestLoop > 0 {
+		right = max(right, min(loopWidth+14+float64(longestLoop)*charWidth, maxSpacing))
+	}
+	d.width = timeColumn + half + float64(max(len(d.endpoints)-1, 0))*d.spacing + right
 
 	rows := len(evs)
 	for _, ev := range evs {
@@ -122,6 +147,9 @@ func render(b *bytes.Buffer, all []Event, o Options) {
 	if len(evs) == 0 {
 		notes = append(notes, "No packets.")
 	}
+	for _, t := range append(notes, o.Title) {
+		d.width = max(d.width, float64(utf8.RuneCountInString(t))*charWidth+16)
+	}
 	bottom := float64(firstRow + rows*rowHeight)
 	height := bottom + 12 + float64(len(notes))*20
 
@@ -133,7 +161,7 @@ func render(b *bytes.Buffer, all []Event, o Options) {
 .endpoint rect{fill:#eef3fb;stroke:#456}
 .arrow{stroke:#1f4e8c;stroke-width:1.3;fill:none}
 .arrow.dropped{stroke:#b22;stroke-dasharray:5 3}
-.label{fill:#111}
+.label{fill:#111;white-space:pre}
 .dropped .label{fill:#b22}
 .time{fill:#555}
 .gap line{stroke:#c80;stroke-dasharray:2 3}
@@ -192,9 +220,8 @@ func (d *diagram) arrow(y float64, ev *Event) {
 		marker = "url(#cross)"
 		arrowClass += " dropped"
 	}
-	var lx float64
+	var lx, room float64
 	anchor := "middle"
-	room := d.spacing - 16
 	if ev.From == ev.To {
 		fmt.Fprintf(b, `<path class="%s" d="M%s,%s h%d v%d h-%d" marker-end="%s"/>`,
 			arrowClass, num(x1), num(y-6), loopWidth, 12, loopWidth, marker)

@@ -221,6 +221,47 @@ func TestLadderDroppedLostLoop(t *testing.T) {
 	require.Less(t, gaps[1].child("line").num(t, "y1"), pkts[3].child("line").num(t, "y1"))
 }
 
+// TestLadderEndpoints: Options.Endpoints come first, from the left.
+func TestLadderEndpoints(t *testing.T) {
+	evs := []ladder.Event{{From: "peer", To: "local", Label: "in"}, {From: "local", To: "other", Label: "out"}}
+	var b bytes.Buffer
+	require.NoError(t, ladder.WriteSVG(&b, evs, ladder.Options{Endpoints: []string{"local"}}))
+	var root node
+	require.NoError(t, xml.Unmarshal(b.Bytes(), &root))
+	x, names := lifelines(t, &root)
+	require.Equal(t, []string{"local", "peer", "other"}, names)
+	require.Less(t, x["local"], x["peer"])
+	arrow := root.class("packet")[0].child("line")
+	require.Equal(t, x["peer"], arrow.num(t, "x1"))
+	require.Equal(t, x["local"], arrow.num(t, "x2"))
+}
+
+// TestLadderFits: every label, box and note lies within the picture.
+func TestLadderFits(t *testing.T) {
+	evs := []ladder.Event{
+		{From: "[2001:db8:1234:5678:9abc:def0:1234:5678]:4791", To: "b", Label: "x"},
+		{From: "b", To: "b", Label: "a loop with a long label that must stay in the picture"},
+	}
+	root := render(t, "a title that is rather longer than the diagram itself would be, to see it fit", evs)
+	width := root.num(t, "width")
+	for _, txt := range root.all(func(n *node) bool { return n.XMLName.Local == "text" }) {
+		n := float64(len([]rune(txt.Text))) * 7.3
+		x := txt.num(t, "x")
+		var left, right float64
+		switch txt.attr("text-anchor") {
+		case "middle":
+			left, right = x-n/2, x+n/2
+		case "end":
+			left, right = x-n, x
+		default:
+			left, right = x, x+n
+		}
+		require.GreaterOrEqual(t, left, 0.0, "%q", txt.Text)
+		require.LessOrEqual(t, right, width, "%q", txt.Text)
+	}
+	require.Equal(t, evs[1].Label, root.class("packet")[1].class("label")[0].Text, "not cut")
+}
+
 // TestLadderLongLabel: a label too long for the space between two
 // lifelines is cut with an ellipsis; the tooltip has all of it.
 func TestLadderLongLabel(t *testing.T) {
