@@ -54,7 +54,7 @@ const (
 	firstRow   = headTop + headHeight + 26
 
 	minSpacing = 240
-	maxSpacing = 820
+	maxSpacing = 1000
 	loopWidth  = 36 // of a self-addressed packet's loop
 )
 
