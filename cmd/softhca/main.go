@@ -22,7 +22,7 @@
 //
 // # demo
 //
-//	softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-loss P]
+//	softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-svg FILE] [-loss P]
 //
 // demo opens two devices, A and B, in one process, each on its own UDP
 // socket (A on 127.0.0.1, B on 127.0.0.2, port 4791), connects an RC and a
@@ -50,8 +50,9 @@
 // -addrs A,B for other addresses. -pcap writes the packets that crossed
 // the wire to a pcap file and prints the tshark command that shows them as
 // InfiniBand (on port 4791, decode reads the file too; it takes no other
-// port for RoCEv2). -loss drops RC packets with the given probability to
-// show retransmissions.
+// port for RoCEv2). -svg draws the ladders of all the steps as one SVG
+// sequence diagram (A's and B's lifelines, an arrow per packet). -loss
+// drops RC packets with the given probability to show retransmissions.
 //
 // The exit status is 0 when every completion is successful and every data
 // check passes, 1 when a step fails (the message says which and why), and

@@ -335,10 +335,8 @@ func (n *svgNode) byClass(c string) []*svgNode {
 	return out
 }
 
-// checkTraceSVG parses the diagram: its title, a lifeline for the
-// daemon's address and one for the peer's, and an arrow per packet in
-// order, with its summary as the tooltip.
-func checkTraceSVG(t *testing.T, file, local, peer string, summaries []string) {
+// parseSVG parses an SVG file, strictly.
+func parseSVG(t *testing.T, file string) *svgNode {
 	t.Helper()
 	b, err := os.ReadFile(file)
 	require.NoError(t, err)
@@ -347,6 +345,15 @@ func checkTraceSVG(t *testing.T, file, local, peer string, summaries []string) {
 	var root svgNode
 	require.NoError(t, dec.Decode(&root), "%s", b)
 	require.Equal(t, "svg", root.XMLName.Local)
+	return &root
+}
+
+// checkTraceSVG parses the diagram: its title, a lifeline for the
+// daemon's address and one for the peer's, and an arrow per packet in
+// order, with its summary as the tooltip.
+func checkTraceSVG(t *testing.T, file, local, peer string, summaries []string) {
+	t.Helper()
+	root := parseSVG(t, file)
 	title := root.byClass("title")
 	require.Len(t, title, 1)
 	require.True(t, strings.HasPrefix(title[0].Text, fmt.Sprintf("softhca trace: %d packets from ", len(summaries))), title[0].Text)
