@@ -320,6 +320,7 @@ func TestDemoUsage(t *testing.T) {
 		{"addrs families", []string{"-addrs", "127.0.0.1,::1"}, exitUsage, "one address is IPv4 and the other IPv6"},
 		{"addrs same", []string{"-addrs", "127.0.0.1,127.0.0.1"}, exitUsage, "need different addresses"},
 		{"pcap not writable", []string{"-pcap", filepath.Join(t.TempDir(), "no", "such", "dir.pcap")}, exitUsage, "no such file or directory"},
+		{"svg not writable", []string{"-svg", filepath.Join(t.TempDir(), "no", "such", "dir.svg")}, exitUsage, "no such file or directory"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -331,7 +332,7 @@ func TestDemoUsage(t *testing.T) {
 	}
 	code, stdout, _ := runCmd(t, "help", "demo")
 	require.Equal(t, exitOK, code)
-	require.Contains(t, stdout, "usage: softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-loss P]")
+	require.Contains(t, stdout, "usage: softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-svg FILE] [-loss P]")
 }
 
 // TestDemoFailure makes step 2 fail (B's memory region is deregistered,
@@ -346,7 +347,8 @@ func TestDemoFailure(t *testing.T) {
 		}
 	}
 	defer func() { demoTestHook = nil }()
-	code, stdout, stderr := runCmd(t, "demo", "-port", "0")
+	svg := filepath.Join(t.TempDir(), "failed.svg")
+	code, stdout, stderr := runCmd(t, "demo", "-port", "0", "-svg", svg)
 	require.Equal(t, exitFailure, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	require.Contains(t, stdout, `B's buffer now holds: "Hello from A to B"`, "step 1 passed")
 	require.Contains(t, stdout, "status=remote access error  opcode=RDMA_WRITE")
@@ -354,6 +356,11 @@ func TestDemoFailure(t *testing.T) {
 	require.NotContains(t, stdout, "Step 3")
 	require.NotContains(t, stdout, "msn has grown", "no explanation of a step that failed")
 	require.Equal(t, "softhca demo: FAILED: step 2 (RDMA WRITE): A: wr_id 2 completed with \"remote access error\"\n", stderr)
+	// The diagram has the steps that ran: the SEND and its ACK, the
+	// WRITE and its NAK.
+	pkts := parseSVG(t, svg).byClass("packet")
+	require.Len(t, pkts, 4)
+	require.True(t, strings.HasPrefix(pkts[3].Nodes[0].Text, "RC Acknowledge  qp=0x11 psn=101 aeth{NAK remote access error"), pkts[3].Nodes[0].Text)
 	waitGoroutines(t, before)
 }
 
