@@ -32,10 +32,11 @@ ladder line each, with the time from the first packet:
       0.061 ms  127.0.0.1:4791 -> 127.0.0.2:4791  RC Acknowledge  qp=0x11 psn=100 aeth{ACK syn=0x1f msn=1} len=0
 
 The daemon's address is on the left: "->" is a packet it sent, "<-" one it
-received. -w writes every packet to a pcap file that Wireshark, tshark and
-softhca decode read, --svg the ladder as a sequence diagram (at most 200
-packets). trace stops after -c packets, or on Ctrl-C (SIGINT) or SIGTERM,
-and then writes its files.
+received; a line says so where the trace fell behind and lost packets.
+-w writes every packet to a pcap file that Wireshark and tshark read (and
+softhca decode, on port 4791); --svg writes the ladder as a sequence
+diagram (of at most 200 packets). trace stops after -c packets, or on
+Ctrl-C (SIGINT) or SIGTERM, and then writes its files.
 
 Exit status: 0 when it stopped after -c packets or on a signal, 1 when no
 daemon answers, the daemon keeps no packets, the stream broke or a file
@@ -180,7 +181,11 @@ func traceCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			fmt.Fprintf(stderr, "softhca trace: %s: %v\n", *svgFile, err)
 			status = exitFailure
 		} else {
-			fmt.Fprintf(stderr, "softhca trace: wrote the ladder of %d packets to %s\n", min(t.seen, svgladder.MaxArrows), *svgFile)
+			what := fmt.Sprintf("%d packets", len(t.events))
+			if t.more > 0 {
+				what = fmt.Sprintf("the first %d of %d packets", len(t.events), t.seen)
+			}
+			fmt.Fprintf(stderr, "softhca trace: wrote the ladder of %s to %s\n", what, *svgFile)
 		}
 	}
 	return status
@@ -213,7 +218,7 @@ type tracer struct {
 	pcapErr   error
 	pcapPkts  int
 	lastFlush time.Time
-	ports     map[uint16]bool // the UDP ports of the packets written
+	ports     map[uint16]bool // the UDP destination ports of the packets written
 
 	events []svgladder.Event // the first MaxArrows packets, for --svg
 	more   int               // packets after those
@@ -316,7 +321,8 @@ func (t *tracer) writePcap(p *control.Packet) error {
 		return t.pcapErr
 	}
 	t.pcapPkts++
-	t.ports[n.SrcPort] = true
+	// Destination ports only: a peer may send from any source port (rxe
+	// picks one per QP), and tshark's udp.port matches either.
 	t.ports[n.DstPort] = true
 	if now := time.Now(); now.Sub(t.lastFlush) >= pcapFlushEvery {
 		t.lastFlush = now
@@ -328,7 +334,8 @@ func (t *tracer) writePcap(p *control.Packet) error {
 	return nil
 }
 
-// portList lists the UDP ports of the packets written, in order.
+// portList lists the UDP destination ports of the packets written, in
+// order.
 func (t *tracer) portList() []uint16 {
 	var ports []uint16
 	for p := range t.ports {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/softhca/softhca/cmd/softhca/internal/control"
 	"github.com/softhca/softhca/cmd/softhca/internal/daemon"
+	svgladder "github.com/softhca/softhca/cmd/softhca/internal/ladder"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link/udp"
 	"github.com/softhca/softhca/verbs"
@@ -648,11 +649,23 @@ func TestTracePcapHeaders(t *testing.T) {
 	require.Equal(t, ""+
 		"     0.000 ms  192.0.2.1:4791 <- 192.0.2.2:49152  RC Send Only  qp=0x11 psn=7 ackreq len=5\n"+
 		"     1.000 ms  [2001:db8::1]:4791 <- [2001:db8::2]:49153  RC Send Only  qp=0x11 psn=7 ackreq len=5\n", out.String())
-	require.Equal(t, []uint16{wire.RoCEv2Port, 49152, 49153}, tr.portList())
+	require.Equal(t, []uint16{wire.RoCEv2Port}, tr.portList(), "the ports peers send to, not from")
 
 	code, stdout, stderr := runCmd(t, "decode", "-v", file)
 	require.Equal(t, exitOK, code, "%s%s", stdout, stderr)
 	require.Contains(t, stdout, "frame 1: 0.000000 192.0.2.2:49152 -> 192.0.2.1:4791: RC Send Only qp=0x11 psn=7 ackreq pkey=0xffff len=5 pad=3 ip{id=0x1234 tos=0x02 ttl=64 df} icrc ok")
 	require.Contains(t, stdout, "frame 2: 0.001000 [2001:db8::2]:49153 -> [2001:db8::1]:4791: RC Send Only qp=0x11 psn=7 ackreq pkey=0xffff len=5 pad=3 ip{tclass=0x62 flow=0x0 hlim=1} icrc ok")
 	require.Contains(t, stdout, "2 packets, 2 RoCEv2, 2 ok, 0 bad")
+}
+
+// TestTraceKeepsFirstArrows: for --svg a long trace keeps only the
+// packets the diagram shows, and counts the rest.
+func TestTraceKeepsFirstArrows(t *testing.T) {
+	tr := &tracer{out: io.Discard, svg: true}
+	for i := range 250 {
+		require.NoError(t, tr.packet(&control.Packet{Time: int64(i), Dir: "sent", Src: "10.0.0.1:4791", Dst: "10.0.0.2:4791", Summary: "x"}, 0))
+	}
+	require.Len(t, tr.events, svgladder.MaxArrows)
+	require.Equal(t, 50, tr.more)
+	require.Equal(t, "10.0.0.1:4791", tr.local)
 }
