@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	svgladder "github.com/softhca/softhca/cmd/softhca/internal/ladder"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/link/udp"
@@ -25,7 +26,7 @@ import (
 	"github.com/softhca/softhca/wire/pcap"
 )
 
-const demoUsage = `usage: softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-loss P]
+const demoUsage = `usage: softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-svg FILE] [-loss P]
 
 Open two softhca devices, A and B, in this process, connected over UDP
 loopback (A on 127.0.0.1, B on 127.0.0.2), and walk through the verbs one
@@ -33,7 +34,8 @@ step at a time: RC SEND, RDMA WRITE, RDMA READ, FETCH_AND_ADD,
 CMP_AND_SWP, a UD SEND, and tag matching (an EAGER and a rendezvous
 message to a tag-matching SRQ). Each step prints the packets on the wire (a
 ladder: "A -> B" is sent by A, "A <- B" by B), the completions and a check
-of the data that moved.
+of the data that moved. -svg draws every step's ladder in one SVG
+sequence diagram.
 
 If the port is taken (by a kernel rdma_rxe, say), the demo tries other
 127.x addresses, then free ports, and says so; -port 0 picks free ports.
@@ -78,6 +80,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	port := fs.Int("port", wire.RoCEv2Port, "UDP `port` of both devices (0: free ports)")
 	addrs := fs.String("addrs", "127.0.0.1,127.0.0.2", "the IP addresses of A and B, comma-separated (`A,B`)")
 	pcapFile := fs.String("pcap", "", "write every packet that crossed the wire to `FILE` (pcap)")
+	svgFile := fs.String("svg", "", "write the ladders to `FILE` as an SVG sequence diagram")
 	loss := fs.Float64("loss", 0, "drop each RC packet with `probability` P (0 <= P <= 0.5) to show retransmission (UD is not affected)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), demoUsage)
@@ -126,8 +129,28 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	d := &demo{out: stdout, lad: newLadder(pw, *loss), loss: *loss}
+	var svgF *os.File
+	if *svgFile != "" {
+		if svgF, err = os.Create(*svgFile); err != nil {
+			fmt.Fprintf(stderr, "softhca demo: %v\n", err)
+			return exitUsage
+		}
+		defer svgF.Close()
+	}
+
+	d := &demo{out: stdout, lad: newLadder(pw, *loss), loss: *loss, svg: svgF != nil}
 	err = d.run(addrA, addrB, uint16(*port))
+	if svgF != nil {
+		// The steps run so far, also when one failed.
+		serr := svgladder.WriteSVG(svgF, d.svgEvents, svgladder.Options{
+			Title: fmt.Sprintf("softhca demo: %d packets", len(d.svgEvents))})
+		if serr == nil {
+			serr = svgF.Close()
+		}
+		if serr != nil && err == nil {
+			err = fmt.Errorf("writing %s: %w", *svgFile, serr)
+		}
+	}
 	if pcapOut != nil {
 		d.lad.mu.Lock()
 		perr := d.lad.pcapErr
@@ -150,6 +173,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "or check every ICRC with: softhca decode %s\n", *pcapFile)
 		}
 	}
+	if *svgFile != "" {
+		fmt.Fprintf(stdout, "\nWrote the ladders of %d packets to %s (an SVG sequence diagram).\n", len(d.svgEvents), *svgFile)
+	}
 	return exitOK
 }
 
@@ -169,6 +195,34 @@ type demo struct {
 	lad  *ladder
 	loss float64
 	a, b *demoSide
+
+	// With -svg: every step's ladder, times from the run's first packet.
+	svg       bool
+	svgEvents []svgladder.Event
+	svgStart  time.Time
+}
+
+// addSVG adds a step's ladder to the diagram.
+func (d *demo) addSVG(evs []ladderEvent) {
+	if !d.svg {
+		return
+	}
+	name := func(s *demoSide) string {
+		return s.name + " " + netip.AddrPortFrom(s.local.Src, s.local.SrcPort).String()
+	}
+	var p wire.Packet
+	for i := range evs {
+		ev := &evs[i]
+		if d.svgStart.IsZero() {
+			d.svgStart = ev.at
+		}
+		from, to := d.a, d.b
+		if ev.from == 'B' {
+			from, to = d.b, d.a
+		}
+		d.svgEvents = append(d.svgEvents, svgladder.Event{Time: ev.at.Sub(d.svgStart), From: name(from), To: name(to),
+			Label: ev.describe(&p), Dropped: ev.lost})
+	}
 }
 
 // demoSide is one of the two devices and its objects.
@@ -525,6 +579,7 @@ func (d *demo) step(intro []string, post func() error, want []wantWC, notes []st
 	d.printf("\n")
 	evs := d.lad.take()
 	printLadder(d.out, evs)
+	d.addSVG(evs)
 	d.printf("\n")
 	if err == nil {
 		// The notes explain a step that went as planned.

@@ -111,7 +111,8 @@ func runDemoOK(t *testing.T, args ...string) string {
 
 func TestDemo(t *testing.T) {
 	t.Parallel()
-	out := runDemoOK(t, "-port", "0")
+	svg := filepath.Join(t.TempDir(), "demo.svg")
+	out := runDemoOK(t, "-port", "0", "-svg", svg)
 	require.Contains(t, out, "RC Acknowledge  qp=0x11 psn=100 aeth{ACK syn=0x1f msn=1} len=0", "the SEND's ACK")
 	require.Contains(t, out, "A -> B  RC Send Only  qp=0x11 psn=100 ackreq len=17")
 	require.Contains(t, out, "B's GRH area names the sender 127.0.0.1")
@@ -120,6 +121,24 @@ func TestDemo(t *testing.T) {
 	// Each packet once: without loss, exactly the 19 packets of the steps.
 	require.Equal(t, 19, strings.Count(out, " ms  A "), out)
 	require.Contains(t, out, "19 packets sent.")
+
+	// The diagram: A's and B's lifelines, the 19 packets in the ladders'
+	// order with their text.
+	require.Contains(t, out, "Wrote the ladders of 19 packets to "+svg+" (an SVG sequence diagram).")
+	root := parseSVG(t, svg)
+	var eps []string
+	for _, e := range root.byClass("endpoint") {
+		eps = append(eps, e.Nodes[0].Text)
+	}
+	require.Len(t, eps, 2)
+	require.Regexp(t, `^A 127\.0\.0\.1:\d+$`, eps[0])
+	require.Regexp(t, `^B 127\.0\.0\.2:\d+$`, eps[1])
+	pkts := root.byClass("packet")
+	require.Len(t, pkts, 19)
+	ladder := regexp.MustCompile(`(?m)^ +\d+\.\d{3} ms  A (?:->|<-) B  (.*)$`).FindAllStringSubmatch(out, -1)
+	for i, p := range pkts {
+		require.Equal(t, ladder[i][1], p.Nodes[0].Text, "packet %d", i+1)
+	}
 }
 
 // TestDemoPcap checks the capture: every packet parses with wire.Parse,
@@ -215,7 +234,8 @@ func tsharkPath(t *testing.T) string {
 func TestDemoLoss(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "loss.pcap")
-	out := runDemoOK(t, "-addrs", randomLoopback(), "-loss", "0.3", "-pcap", file)
+	svg := filepath.Join(t.TempDir(), "loss.svg")
+	out := runDemoOK(t, "-addrs", randomLoopback(), "-loss", "0.3", "-pcap", file, "-svg", svg)
 	if strings.Contains(out, "using free ports instead") {
 		t.Skip("UDP port 4791 is taken on every loopback address here (rdma_rxe loaded?): wire.Parse needs it")
 	}
@@ -243,6 +263,11 @@ func TestDemoLoss(t *testing.T) {
 	sent := strings.Count(out, " ms  A ")
 	lost := strings.Count(out, "LOST (-loss)")
 	require.Equal(t, sent-lost, n)
+
+	// The diagram draws the lost packets as dropped.
+	root := parseSVG(t, svg)
+	require.Len(t, root.byClass("packet"), sent)
+	require.Len(t, root.byClass("dropped"), 2*lost, "each lost packet's group and arrow")
 }
 
 // TestDemoPortBusy occupies the demo's port: on every address (the demo
@@ -295,6 +320,7 @@ func TestDemoUsage(t *testing.T) {
 		{"addrs families", []string{"-addrs", "127.0.0.1,::1"}, exitUsage, "one address is IPv4 and the other IPv6"},
 		{"addrs same", []string{"-addrs", "127.0.0.1,127.0.0.1"}, exitUsage, "need different addresses"},
 		{"pcap not writable", []string{"-pcap", filepath.Join(t.TempDir(), "no", "such", "dir.pcap")}, exitUsage, "no such file or directory"},
+		{"svg not writable", []string{"-svg", filepath.Join(t.TempDir(), "no", "such", "dir.svg")}, exitUsage, "no such file or directory"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -306,7 +332,7 @@ func TestDemoUsage(t *testing.T) {
 	}
 	code, stdout, _ := runCmd(t, "help", "demo")
 	require.Equal(t, exitOK, code)
-	require.Contains(t, stdout, "usage: softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-loss P]")
+	require.Contains(t, stdout, "usage: softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-svg FILE] [-loss P]")
 }
 
 // TestDemoFailure makes step 2 fail (B's memory region is deregistered,
@@ -321,7 +347,8 @@ func TestDemoFailure(t *testing.T) {
 		}
 	}
 	defer func() { demoTestHook = nil }()
-	code, stdout, stderr := runCmd(t, "demo", "-port", "0")
+	svg := filepath.Join(t.TempDir(), "failed.svg")
+	code, stdout, stderr := runCmd(t, "demo", "-port", "0", "-svg", svg)
 	require.Equal(t, exitFailure, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	require.Contains(t, stdout, `B's buffer now holds: "Hello from A to B"`, "step 1 passed")
 	require.Contains(t, stdout, "status=remote access error  opcode=RDMA_WRITE")
@@ -329,6 +356,11 @@ func TestDemoFailure(t *testing.T) {
 	require.NotContains(t, stdout, "Step 3")
 	require.NotContains(t, stdout, "msn has grown", "no explanation of a step that failed")
 	require.Equal(t, "softhca demo: FAILED: step 2 (RDMA WRITE): A: wr_id 2 completed with \"remote access error\"\n", stderr)
+	// The diagram has the steps that ran: the SEND and its ACK, the
+	// WRITE and its NAK.
+	pkts := parseSVG(t, svg).byClass("packet")
+	require.Len(t, pkts, 4)
+	require.True(t, strings.HasPrefix(pkts[3].Nodes[0].Text, "RC Acknowledge  qp=0x11 psn=101 aeth{NAK remote access error"), pkts[3].Nodes[0].Text)
 	waitGoroutines(t, before)
 }
 

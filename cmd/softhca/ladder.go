@@ -164,30 +164,37 @@ func printLadder(w io.Writer, evs []ladderEvent) {
 	}
 	var p wire.Packet
 	t0 := evs[0].at
-	for _, ev := range evs {
+	for i := range evs {
+		ev := &evs[i]
 		arrow := "A -> B"
 		if ev.from == 'B' {
 			arrow = "A <- B"
 		}
-		var desc string
-		if r := wire.ParseTransport(ev.buf, &p); r == wire.DropNone {
-			desc = packetSummary(&p)
-		} else {
-			desc = fmt.Sprintf("malformed packet (%s)", r)
-		}
-		if !ev.icrcGood {
-			desc += " icrc BAD"
-		}
-		if ev.resent {
-			if ev.request {
-				desc += "  (retransmission)"
-			} else {
-				desc += "  (answer repeated)"
-			}
-		}
-		if ev.lost {
-			desc += "  LOST (-loss)"
-		}
-		fmt.Fprintf(w, "  %8.3f ms  %s  %s\n", float64(ev.at.Sub(t0).Microseconds())/1000, arrow, desc)
+		fmt.Fprintf(w, "  %8.3f ms  %s  %s\n", float64(ev.at.Sub(t0).Microseconds())/1000, arrow, ev.describe(&p))
 	}
+}
+
+// describe is the ladder's text for ev: the packet's summary and what
+// happened to it. p is scratch space.
+func (ev *ladderEvent) describe(p *wire.Packet) string {
+	var desc string
+	if r := wire.ParseTransport(ev.buf, p); r == wire.DropNone {
+		desc = packetSummary(p)
+	} else {
+		desc = fmt.Sprintf("malformed packet (%s)", r)
+	}
+	if !ev.icrcGood {
+		desc += " icrc BAD"
+	}
+	if ev.resent {
+		if ev.request {
+			desc += "  (retransmission)"
+		} else {
+			desc += "  (answer repeated)"
+		}
+	}
+	if ev.lost {
+		desc += "  LOST (-loss)"
+	}
+	return desc
 }

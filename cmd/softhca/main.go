@@ -16,13 +16,13 @@
 //	perf         perftest's ib_{send,write,read,atomic}_{bw,lat}, either side, on a softhca device
 //	run          run an unmodified libibverbs program on a softhca device (the drop-in libibverbs.so.1)
 //	env          print the environment that puts a program on a softhca device
+//	trace        follow a daemon's packets as a ladder; write pcap and an SVG sequence diagram
 //
-// Further commands (serve, devinfo, trace) will follow as
-// the device grows.
+// Further commands (serve, devinfo) will follow as the device grows.
 //
 // # demo
 //
-//	softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-loss P]
+//	softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-svg FILE] [-loss P]
 //
 // demo opens two devices, A and B, in one process, each on its own UDP
 // socket (A on 127.0.0.1, B on 127.0.0.2, port 4791), connects an RC and a
@@ -50,8 +50,9 @@
 // -addrs A,B for other addresses. -pcap writes the packets that crossed
 // the wire to a pcap file and prints the tshark command that shows them as
 // InfiniBand (on port 4791, decode reads the file too; it takes no other
-// port for RoCEv2). -loss drops RC packets with the given probability to
-// show retransmissions.
+// port for RoCEv2). -svg draws the ladders of all the steps as one SVG
+// sequence diagram (A's and B's lifelines, an arrow per packet). -loss
+// drops RC packets with the given probability to show retransmissions.
 //
 // The exit status is 0 when every completion is successful and every data
 // check passes, 1 when a step fails (the message says which and why), and
@@ -194,6 +195,37 @@
 //	client:  softhca perf write --sweep --plot bw.svg 10.0.0.1
 //	server:  softhca perf write_lat --sweep
 //	client:  softhca perf write_lat --sweep --plot lat.png 10.0.0.1
+// # trace
+//
+//	softhca trace [-d NAME | --control PATH] [-w FILE.pcap] [--svg FILE.svg]
+//	        [-c COUNT] [--recent N] [-j]
+//
+// trace follows the packets a daemon (softhca serve) sends and receives,
+// through its control socket (-d names the device, whose socket is in
+// $XDG_RUNTIME_DIR/softhca or /run/softhca; --control gives the path;
+// without either, the only daemon running). Each packet is a ladder line:
+// the time from the first packet, the daemon's address and the peer's
+// ("->" sent, "<-" received) and decode's summary:
+//
+//	0.000 ms  127.0.0.1:4791 <- 127.0.0.2:4791  RC Send Only  qp=0x11 psn=100 ackreq len=17
+//	0.061 ms  127.0.0.1:4791 -> 127.0.0.2:4791  RC Acknowledge  qp=0x11 psn=100 aeth{ACK syn=0x1f msn=1} len=0
+//
+// A trace that reads more slowly than the device moves packets loses
+// some (the daemon keeps a ring of them); a line says how many, where.
+// --recent N starts with the last N packets the daemon still holds; -j
+// prints each packet as a JSON object (the control API's, with "lost")
+// instead of a line. -w writes every packet to a pcap file with the IP
+// and UDP headers rebuilt (the IPv4 Identification recovered from the
+// ICRC, so that every ICRC verifies in decode), and prints the tshark
+// command that shows it as InfiniBand. --svg writes the ladder as an SVG
+// sequence diagram: a lifeline per address, an arrow per packet, at most
+// 200 (a note says how many were left out).
+//
+// trace stops after -c packets, or on SIGINT or SIGTERM, and then writes
+// its files. The exit status is 0 then, 1 when no daemon answers, the
+// daemon keeps no packets (--trace-ring 0), the stream breaks (the daemon
+// stopped) or a file cannot be written, and 2 on usage errors or an
+// output file that cannot be created.
 //
 // # Structure
 //
@@ -231,6 +263,7 @@ var commands = []command{
 	{"status", "describe a running daemon", runStatus},
 	{"res", "list a running daemon's verbs objects (rdma resource show)", runRes},
 	{"stat", "print a running daemon's counters (rdma statistic)", runStat},
+	{"trace", "follow a daemon's packets as a ladder; write pcap (-w) and an SVG sequence diagram (--svg)", runTrace},
 }
 
 // Exit statuses shared by the commands.
