@@ -16,9 +16,9 @@
 //	perf         perftest's ib_{send,write,read,atomic}_{bw,lat}, either side, on a softhca device
 //	run          run an unmodified libibverbs program on a softhca device (the drop-in libibverbs.so.1)
 //	env          print the environment that puts a program on a softhca device
+//	devinfo      rdma-core's ibv_devinfo [-v]: the attributes of softhca's device
 //
-// Further commands (serve, devinfo, trace) will follow as
-// the device grows.
+// Further commands (serve, trace) will follow as the device grows.
 //
 // # demo
 //
@@ -165,6 +165,45 @@
 // port) and GID index 1 is that address, as with rxe. The exit status is
 // 0 when the test ran, 1 when it failed and 2 on usage errors.
 //
+// # devinfo
+//
+//	softhca devinfo [-v] [-d DEVICE] [-i PORT] [-l] [-j] [--addr IP]
+//
+// devinfo prints the device's attributes as rdma-core's ibv_devinfo
+// prints a device's (rdma-core 44, Debian 12): the same fields in the
+// same order, with the same labels and tabs; with -v every attribute,
+// as ibv_devinfo -v prints them for rxe:
+//
+//	hca_id:	softhca0
+//		transport:			InfiniBand (0)
+//		fw_ver:				0.0.0
+//		node_guid:			0000:0aff:fe4d:0002
+//		...
+//			port:	1
+//				state:			PORT_ACTIVE (4)
+//				...
+//				GID[  1]:		::ffff:10.77.0.2, RoCE v2
+//
+// The values are those softhca's drop-in libibverbs.so.1 gives
+// ibv_devinfo itself ("softhca run --addr IP -- ibv_devinfo -v" prints
+// the same text; a test holds them to it), and differ from rxe's where the
+// device does: its node GUID (from the address, not a MAC), no memory
+// windows (device_cap_flags, max_mw), tag matching (tm_caps), max_msg_sz
+// 2^31. -d, -i, -l and -v are ibv_devinfo's, and so are the messages
+// and exit statuses: 0 on success, 1 for an -i that is not a port
+// number, 4 for a port the device lacks, 255 for other usage errors,
+// "IB device 'X' wasn't found" and "No IB devices found". -j prints
+// the devices as JSON (package cmd/softhca/internal/devinfo's Device:
+// libibverbs' snake_case field names; -l -j the names).
+//
+// Which device: a running daemon's, when one answers (queryDaemon, set
+// by the daemon client); otherwise the one "softhca run" would give a
+// program, described in process without binding a socket (rxe or a
+// daemon may hold UDP port 4791): named SOFTHCA_DEVICE (default
+// softhca0), on --addr, SOFTHCA_ADDR or else the host's primary address
+// (the source address of its default route, 127.0.0.1 without one),
+// which is GID 1 as on rxe, with the MTU SOFTHCA_MTU or the interface's.
+//
 // # Structure
 //
 // Each command lives in its own file as a function with the signature of
@@ -197,6 +236,7 @@ var commands = []command{
 	{"perf", "perftest's ib_{send,write,read,atomic}_{bw,lat}, either side, on a softhca device", runPerf},
 	{"run", "run an unmodified libibverbs program on a softhca device (the drop-in libibverbs.so.1)", runRun},
 	{"env", "print the environment that puts a program on a softhca device", runEnv},
+	{"devinfo", "rdma-core's ibv_devinfo [-v]: the attributes of softhca's device", runDevinfo},
 }
 
 // Exit statuses shared by the commands.
