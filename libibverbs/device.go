@@ -188,6 +188,10 @@ func shca_go_query_device_ex(h C.shca_handle, a *C.struct_ibv_device_attr_ex) (r
 	}
 	v := c.d.QueryDevice()
 	fillDeviceAttr(&a.orig_attr, &v)
+	// The kernel reports the capability flags in device_cap_flags_ex
+	// too, whole, of which device_cap_flags is the low 32 bits
+	// (ib_uverbs_ex_query_device): ibv_devinfo -v prints them there.
+	a.device_cap_flags_ex = C.uint64_t(v.DeviceCapFlags)
 	a.tm_caps.max_rndv_hdr_size = C.uint32_t(v.TM.MaxRndvHdrSize)
 	a.tm_caps.max_num_tags = C.uint32_t(v.TM.MaxNumTags)
 	a.tm_caps.flags = C.uint32_t(v.TM.Flags)

@@ -185,6 +185,7 @@ func TestDevinfo(t *testing.T) {
 	s := string(out)
 	for _, want := range []string{
 		"hca_id:\tsofthca7", "max_qp_wr:", "IBV_TM_CAP_RC", "max_num_tags:\t\t\t1024",
+		"device_cap_flags:\t\t0x00003c76", "device_cap_flags_ex:\t\t0x3C76\n",
 		"state:\t\t\tPORT_ACTIVE (4)", "active_mtu:\t\t1024 (3)", "link_layer:\t\tEthernet",
 		"GID[  1]:\t\t::ffff:127.0.0.1, RoCE v2",
 	} {

@@ -19,6 +19,9 @@
 //	trace        follow a daemon's packets as a ladder; write pcap and an SVG sequence diagram
 //
 // Further commands (serve, devinfo) will follow as the device grows.
+//	devinfo      rdma-core's ibv_devinfo [-v]: the attributes of softhca's device
+//
+// Further commands (serve, trace) will follow as the device grows.
 //
 // # demo
 //
@@ -226,6 +229,44 @@
 // daemon keeps no packets (--trace-ring 0), the stream breaks (the daemon
 // stopped) or a file cannot be written, and 2 on usage errors or an
 // output file that cannot be created.
+// # devinfo
+//
+//	softhca devinfo [-v] [-d DEVICE] [-i PORT] [-l] [-j] [--addr IP]
+//
+// devinfo prints the device's attributes as rdma-core's ibv_devinfo
+// prints a device's (rdma-core 44, Debian 12): the same fields in the
+// same order, with the same labels and tabs; with -v every attribute,
+// as ibv_devinfo -v prints them for rxe:
+//
+//	hca_id:	softhca0
+//		transport:			InfiniBand (0)
+//		fw_ver:				0.0.0
+//		node_guid:			0000:0aff:fe4d:0002
+//		...
+//			port:	1
+//				state:			PORT_ACTIVE (4)
+//				...
+//				GID[  1]:		::ffff:10.77.0.2, RoCE v2
+//
+// The values are those softhca's drop-in libibverbs.so.1 gives
+// ibv_devinfo itself ("softhca run --addr IP -- ibv_devinfo -v" prints
+// the same text; a test holds them to it), and differ from rxe's where the
+// device does: its node GUID (from the address, not a MAC), no memory
+// windows (device_cap_flags, max_mw), tag matching (tm_caps), max_msg_sz
+// 2^31. -d, -i, -l and -v are ibv_devinfo's, and so are the messages
+// and exit statuses: 0 on success, 1 for an -i that is not a port
+// number, 4 for a port the device lacks, 255 for other usage errors,
+// "IB device 'X' wasn't found" and "No IB devices found". -j prints
+// the devices as JSON (package cmd/softhca/internal/devinfo's Device:
+// libibverbs' snake_case field names; -l -j the names).
+//
+// Which device: a running daemon's, when one answers (queryDaemon, set
+// by the daemon client); otherwise the one "softhca run" would give a
+// program, described in process without binding a socket (rxe or a
+// daemon may hold UDP port 4791): named SOFTHCA_DEVICE (default
+// softhca0), on --addr, SOFTHCA_ADDR or else the host's primary address
+// (the source address of its default route, 127.0.0.1 without one),
+// which is GID 1 as on rxe, with the MTU SOFTHCA_MTU or the interface's.
 //
 // # Structure
 //
@@ -264,6 +305,7 @@ var commands = []command{
 	{"res", "list a running daemon's verbs objects (rdma resource show)", runRes},
 	{"stat", "print a running daemon's counters (rdma statistic)", runStat},
 	{"trace", "follow a daemon's packets as a ladder; write pcap (-w) and an SVG sequence diagram (--svg)", runTrace},
+	{"devinfo", "rdma-core's ibv_devinfo [-v]: the attributes of softhca's device", runDevinfo},
 }
 
 // Exit statuses shared by the commands.
