@@ -52,7 +52,17 @@ func softhcaBinary(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	// Daemons this machine runs (their sockets in /run/softhca or the
+	// user's runtime directory) stay out of the tests: devinfo, status and
+	// the other clients look for daemons there.
+	rt, err := os.MkdirTemp("", "softhca-xdg-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_RUNTIME_DIR", rt)
 	code := m.Run()
+	os.RemoveAll(rt)
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}

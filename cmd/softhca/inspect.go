@@ -7,11 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/softhca/softhca/cmd/softhca/internal/control"
+	"github.com/softhca/softhca/cmd/softhca/internal/devinfo"
 )
 
 // The clients of a running daemon's control API: status, res and stat.
@@ -339,4 +341,32 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 		}
 		return nil
 	})
+}
+
+func init() { queryDaemon = daemonDevices }
+
+// daemonDevices asks every daemon with a socket in control.Dir for its
+// device, in the order of their names (devinfo's hook): ok is false when
+// none answers (no socket, or only stale ones).
+func daemonDevices(ctx context.Context) ([]devinfo.Device, bool, error) {
+	socks, _ := filepath.Glob(filepath.Join(control.Dir(), "*.sock"))
+	slices.Sort(socks)
+	var devs []devinfo.Device
+	for _, path := range socks {
+		c, err := control.Dial(path)
+		if errors.Is(err, control.ErrNoDaemon) {
+			continue
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		var d devinfo.Device
+		err = c.Call(ctx, control.Request{Op: control.OpDevinfo}, &d)
+		c.Close()
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %w", path, err)
+		}
+		devs = append(devs, d)
+	}
+	return devs, len(devs) > 0, nil
 }

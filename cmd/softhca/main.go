@@ -19,6 +19,7 @@
 //	trace        follow a daemon's packets as a ladder; write pcap and an SVG sequence diagram
 //
 // Further commands (serve, devinfo) will follow as the device grows.
+//
 //	devinfo      rdma-core's ibv_devinfo [-v]: the attributes of softhca's device
 //
 // Further commands (serve, trace) will follow as the device grows.
@@ -198,6 +199,7 @@
 //	client:  softhca perf write --sweep --plot bw.svg 10.0.0.1
 //	server:  softhca perf write_lat --sweep
 //	client:  softhca perf write_lat --sweep --plot lat.png 10.0.0.1
+//
 // # trace
 //
 //	softhca trace [-d NAME | --control PATH] [-w FILE.pcap] [--svg FILE.svg]

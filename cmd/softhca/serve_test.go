@@ -13,6 +13,7 @@ import (
 
 	"github.com/softhca/softhca/cmd/softhca/internal/control"
 	"github.com/softhca/softhca/cmd/softhca/internal/daemon"
+	"github.com/softhca/softhca/cmd/softhca/internal/devinfo"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/verbs"
 	"github.com/stretchr/testify/require"
@@ -100,7 +101,7 @@ func TestServeAndClients(t *testing.T) {
 	require.Contains(t, out, "objects   pd 2 cq 1 qp 1 mr 1 srq 0")
 	require.Contains(t, out, "region    tgt addr 0x")
 	require.Contains(t, out, "access local_write,remote_write,remote_read")
-	require.Contains(t, out, "gid 1     0000:0000:0000:0000:0000:ffff:7f00:0001")
+	require.Contains(t, out, "gid 1     ::ffff:127.0.0.1")
 
 	code, out, _ = runCmd(t, "res", ctl)
 	require.Equal(t, exitOK, code)
@@ -233,4 +234,42 @@ func TestClientsUsage(t *testing.T) {
 	code, _, errs = runCmd(t, "stat", "--control", "/nonexistent/x.sock")
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errs, "no softhca daemon is running at /nonexistent/x.sock")
+}
+
+// TestDevinfoFromDaemon: with a daemon running, devinfo describes the
+// daemon's device (found by its socket in the runtime directory), and
+// -d names it.
+func TestDevinfoFromDaemon(t *testing.T) {
+	rt := t.TempDir()
+	t.Setenv("XDG_RUNTIME_DIR", rt)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan *daemon.Daemon, 1)
+	done := make(chan int, 1)
+	var out, errb syncBuffer
+	go func() {
+		done <- serveMain(ctx, []string{"--name", "lab7", "--listen", "127.0.0.9:0", "--http", ""}, &out, &errb,
+			func(d *daemon.Daemon) { ready <- d })
+	}()
+	var d *daemon.Daemon
+	select {
+	case d = <-ready:
+	case code := <-done:
+		t.Fatalf("serve exited %d: %s", code, errb.String())
+	}
+	defer func() { cancel(); <-done }()
+	require.Equal(t, filepath.Join(rt, "softhca", "lab7.sock"), d.ControlPath())
+	want, err := devinfo.FromDevice(d.Device())
+	require.NoError(t, err)
+	var wantText bytes.Buffer
+	require.NoError(t, devinfo.Write(&wantText, want, true))
+	code, text, errs := runCmd(t, "devinfo", "-v")
+	require.Equal(t, 0, code, errs)
+	require.Equal(t, wantText.String(), text)
+	require.Contains(t, text, "hca_id:\tlab7")
+	require.Contains(t, text, "GID[  1]:\t\t::ffff:127.0.0.9, RoCE v2")
+	code, _, _ = runCmd(t, "devinfo", "-d", "lab7")
+	require.Equal(t, 0, code)
+	code, out2, _ := runCmd(t, "devinfo", "-l")
+	require.Equal(t, 0, code)
+	require.Contains(t, out2, "lab7")
 }

@@ -109,7 +109,8 @@ type QP struct {
 	RecvCQN      uint32 `json:"recv_cqn"`
 	SRQN         uint32 `json:"srqn,omitempty"`
 	PathMTU      int    `json:"path_mtu,omitempty"`
-	// DGID is the destination GID of a connected QP, as ibv_devinfo prints GIDs.
+	// DGID is the destination GID of a connected QP, as ibv_devinfo -v
+	// prints GIDs (an IPv6 address).
 	DGID string `json:"dgid,omitempty"`
 	// SendQueued and RecvQueued are the work requests outstanding.
 	SendQueued int    `json:"sq_outstanding"`

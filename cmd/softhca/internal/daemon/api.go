@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/softhca/softhca/cmd/softhca/internal/control"
+	"github.com/softhca/softhca/cmd/softhca/internal/devinfo"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
@@ -29,7 +30,7 @@ func (a *api) Call(_ context.Context, r control.Request) (any, error) {
 	case control.OpStat:
 		return d.Stat(), nil
 	case control.OpDevinfo:
-		return nil, control.Errorf(syscall.EOPNOTSUPP, "devinfo is not served yet")
+		return devinfo.FromDevice(d.dev)
 	default:
 		return nil, control.Errorf(syscall.EINVAL, "%s cannot be called; it streams", r.Op)
 	}
@@ -57,7 +58,7 @@ func (d *Daemon) Status() control.Status {
 		if err != nil || g == (verbs.GID{}) {
 			break
 		}
-		s.GIDs = append(s.GIDs, g.String())
+		s.GIDs = append(s.GIDs, gidText(g))
 	}
 	return s
 }
@@ -144,13 +145,17 @@ func qpJSON(dev string, q hca.QPInfo) control.QP {
 			j.PathMTU = a.PathMTU.Bytes()
 		}
 		if a.AHAttr.IsGlobal {
-			j.DGID = a.AHAttr.GRH.DGID.String()
+			j.DGID = gidText(a.AHAttr.GRH.DGID)
 		}
 	} else if q.Type != verbs.QPTypeUD {
 		j.RQPN = a.DestQPNum
 	}
 	return j
 }
+
+// gidText writes a GID as ibv_devinfo -v does: an IPv6 address
+// (inet_ntop), "::ffff:10.0.0.1" for an IPv4 one.
+func gidText(g verbs.GID) string { return netip.AddrFrom16(g).String() }
 
 func migState(m verbs.MigState) string {
 	switch m {

@@ -160,8 +160,8 @@ func TestStatusResStat(t *testing.T) {
 	require.Equal(t, "buf", st.Regions[0].Name)
 	require.Equal(t, uint64(1<<20), st.Regions[0].Length)
 	require.Equal(t, []string{"local_write", "remote_read"}, st.Regions[0].Access)
-	require.Len(t, st.GIDs, 2)                                              // the link-local GID and the address's
-	require.Equal(t, "0000:0000:0000:0000:0000:ffff:7f00:0001", st.GIDs[1]) // as ibv_devinfo -v prints it
+	require.Len(t, st.GIDs, 2)                       // the link-local GID and the address's
+	require.Equal(t, "::ffff:127.0.0.1", st.GIDs[1]) // as ibv_devinfo -v prints it
 
 	// A QP on the daemon's device, connected to a peer, and a SEND.
 	srv := newPeer(t, d.Device())
@@ -188,7 +188,7 @@ func TestStatusResStat(t *testing.T) {
 	require.Equal(t, "RTS", q.State)
 	require.Equal(t, 1, q.RecvQueued)
 	require.Equal(t, 1024, q.PathMTU)
-	require.Equal(t, "0000:0000:0000:0000:0000:ffff:7f00:0002", q.DGID)
+	require.Equal(t, "::ffff:127.0.0.2", q.DGID)
 	var mrs []control.MR
 	require.NoError(t, c.Call(ctx, control.Request{Op: control.OpRes, Object: "mr"}, &mrs))
 	require.Len(t, mrs, 2)
