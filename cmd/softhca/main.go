@@ -16,13 +16,12 @@
 //	perf         perftest's ib_{send,write,read,atomic}_{bw,lat}, either side, on a softhca device
 //	run          run an unmodified libibverbs program on a softhca device (the drop-in libibverbs.so.1)
 //	env          print the environment that puts a program on a softhca device
+//	serve        run a soft HCA until stopped: a device on UDP, its control socket, web page and metrics
+//	status       describe a running daemon
+//	res          list a running daemon's verbs objects (rdma resource show)
+//	stat         print a running daemon's counters (rdma statistic)
 //	trace        follow a daemon's packets as a ladder; write pcap and an SVG sequence diagram
-//
-// Further commands (serve, devinfo) will follow as the device grows.
-//
-//	devinfo      rdma-core's ibv_devinfo [-v]: the attributes of softhca's device
-//
-// Further commands (serve, trace) will follow as the device grows.
+//	devinfo      rdma-core's ibv_devinfo [-v]: the attributes of softhca's device (the daemon's, when one runs)
 //
 // # demo
 //
@@ -199,6 +198,25 @@
 //	client:  softhca perf write --sweep --plot bw.svg 10.0.0.1
 //	server:  softhca perf write_lat --sweep
 //	client:  softhca perf write_lat --sweep --plot lat.png 10.0.0.1
+//
+// # serve, status, res, stat
+//
+//	softhca serve [--listen ADDR] [--name NAME] [--region NAME:SIZE[:ACCESS]]...
+//	        [--pingpong ARGS]... [--perftest ARGS]... [--http ADDR] [--metrics ADDR]
+//	        [--control PATH] [--config FILE] [--log-format text|json]
+//	softhca status|stat [-d NAME | --control PATH] [-j]
+//	softhca res [pd|mr|cq|qp|srq] [-d NAME | --control PATH] [-j]
+//
+// serve runs a softhca device until SIGTERM or SIGINT (package
+// internal/daemon): on a UDP address, with named target memory regions
+// whose address and rkey status publishes, the responders of --pingpong
+// and --perftest served one client after another, a control socket
+// (docs/control-api.md), a web page (--http, 127.0.0.1:8791 by default)
+// and a Prometheus endpoint (--metrics). Stopping moves every QP to the
+// error state, delivers the flush completions and removes the socket.
+// status, res and stat are the control socket's clients, modelled on
+// iproute2's rdma resource show and rdma statistic; -j prints the
+// daemon's JSON. docs/daemon.md has the details and the exit statuses.
 //
 // # trace
 //
