@@ -51,8 +51,11 @@ func (t *tracer) record(dir hca.Direction, p *link.Packet) {
 	if len(t.slots) == 0 {
 		return
 	}
-	at := t.now()
 	t.mu.Lock()
+	// The clock is read under the lock, so that the ring's order (the
+	// receive goroutine and the workers record concurrently) is also
+	// the order of the times.
+	at := t.now()
 	s := &t.slots[t.next%uint64(len(t.slots))]
 	s.at, s.dir, s.net, s.size = at, dir, p.Net, len(p.Buf)
 	if s.data == nil {
