@@ -1,0 +1,58 @@
+package daemon
+
+import (
+	"testing"
+	"time"
+
+	"github.com/softhca/softhca/hca"
+	"github.com/softhca/softhca/link"
+	"github.com/stretchr/testify/require"
+)
+
+// TestTracerRing: the ring keeps the last packets; a reader behind by
+// more than the ring loses the oldest and is told how many; recent
+// starts a reader at the last n held; a packet longer than the slot is
+// kept in part with its size.
+func TestTracerRing(t *testing.T) {
+	var clock time.Time
+	tr := newTracer(4, func() time.Time { clock = clock.Add(time.Millisecond); return clock })
+	rec := func(b byte) { tr.record(hca.Sent, &link.Packet{Buf: []byte{b}}) }
+	out, next, lost, wake := tr.since(0, 0, nil)
+	require.Empty(t, out)
+	require.Zero(t, next)
+	require.Zero(t, lost)
+	rec(1)
+	<-wake // closed by the record
+	rec(2)
+	out, next, lost, _ = tr.since(0, 0, nil)
+	require.Len(t, out, 2)
+	require.Equal(t, []byte{1}, out[0].data)
+	require.True(t, out[1].at.After(out[0].at))
+	require.Equal(t, uint64(2), next)
+	require.Zero(t, lost)
+	for b := byte(3); b <= 7; b++ {
+		rec(b)
+	}
+	// 7 recorded (sequence numbers 0..6), 4 held (3..6, packets 4..7):
+	// a reader at 2 lost packet 3.
+	out, next, lost, _ = tr.since(2, 0, nil)
+	require.Equal(t, uint64(1), lost)
+	require.Equal(t, uint64(7), next)
+	require.Len(t, out, 4)
+	require.Equal(t, []byte{4}, out[0].data)
+	out, _, _, _ = tr.since(3, 2, out) // max 2, buffer reused
+	require.Len(t, out, 2)
+	require.Equal(t, uint64(5), tr.recent(2))
+	require.Equal(t, uint64(3), tr.recent(100)) // no more than the ring holds
+	big := make([]byte, maxTraced+10)
+	tr.record(hca.Received, &link.Packet{Buf: big})
+	out, _, _, _ = tr.since(7, 0, nil)
+	require.Len(t, out[0].data, maxTraced)
+	require.Equal(t, maxTraced+10, out[0].size)
+	require.Equal(t, hca.Received, out[0].dir)
+	// A ring of 0 records nothing.
+	none := newTracer(0, time.Now)
+	none.record(hca.Sent, &link.Packet{Buf: []byte{1}})
+	out, _, _, _ = none.since(0, 0, nil)
+	require.Empty(t, out)
+}
