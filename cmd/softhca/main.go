@@ -97,6 +97,22 @@
 // RoCEv2" and listed only with -v. After each file comes a summary line,
 // and after several files a total line.
 //
+// A capture on loopback (tcpdump -i lo) sees softhca's UDP GSO sends
+// before the kernel splits them: one datagram holding several RoCEv2
+// packets back to back, all of the segment size (the first packet's
+// length) but the last, which may be shorter. decode recognises such a
+// GSO super-datagram by finding the segment size at which the first
+// packet's ICRC verifies, and prints each packet on its own line, with
+// its place in the datagram ("gso 2/3") and, for IPv4, the
+// Identification the kernel gives that segment (the datagram's plus its
+// index, which the ICRC covers):
+//
+//	frame 4: 0.001502 127.0.0.2:4791 -> 127.0.0.1:4791: gso 1/2 RC Send Only qp=0x11 psn=10438426 ackreq len=100 icrc ok
+//	frame 4: 0.001502 127.0.0.2:4791 -> 127.0.0.1:4791: gso 2/2 RC Acknowledge qp=0x11 psn=8745029 aeth{ACK syn=0x1f msn=1} len=0 icrc ok
+//
+// The summary counts the datagrams as frames and each of their packets
+// as ok or bad.
+//
 // The exit status is 0 when every RoCEv2 packet parsed and its ICRC
 // verified, 1 when any was dropped, and 2 on usage errors or files that
 // cannot be read.
