@@ -121,7 +121,7 @@
 //
 //	softhca pingpong {rc|uc|ud|srq} [-p port] [-d dev] [-i port] [-s size] [-m mtu]
 //	        [-q num_qp] [-r rx_depth] [-n iters] [-l sl] [-e] [-g gid_idx] [-c]
-//	        [--addr ip[:port]] [--peer-port port] [--port-mtu mtu] [host]
+//	        [--addr ip[:port]] [--peer-port port] [--port-mtu mtu] [--no-gso] [host]
 //
 // pingpong is one side of rdma-core's ping-pong examples: without host a
 // server that waits for a TCP connection on port 18515, with host a client
@@ -144,6 +144,13 @@
 // its QP to RTR, as on rxe). The exit status is 0 on success and 1 on any
 // failure or usage error, as rdma-core's.
 //
+// The device's UDP socket uses the kernel's segmentation offloads, UDP
+// GSO and GRO: a run of packets to the peer leaves as one super-datagram
+// that the kernel splits. A capture on loopback (tcpdump -i lo) sees it
+// before the split, several packets in one frame, which Wireshark shows
+// as one packet (decode splits it). --no-gso sends and receives one
+// datagram per packet, for tcpdump's sake; it costs throughput.
+//
 // # run, env
 //
 //	softhca run --addr IP [--port N] [--peer-port N] [--device NAME] [--mtu N]
@@ -160,7 +167,7 @@
 // # perf
 //
 //	softhca perf {send|write|read|atomic}[_bw|_lat] [perftest options]
-//	        [--addr ip[:port]] [--peer-port port] [--timeout d] [server]
+//	        [--addr ip[:port]] [--peer-port port] [--timeout d] [--no-gso] [server]
 //
 // perf is one side of perftest's ib_send_bw, ib_write_bw, ib_read_bw,
 // ib_atomic_bw and their _lat variants ("softhca perf write" is
@@ -178,8 +185,9 @@
 // -t, -r, -Q, -u, -N, -F and --report_gbits; other perftest options are
 // refused by name. The device binds UDP port 4791 on this side's address
 // of the TCP connection (--addr chooses another, --peer-port the peer's
-// port) and GID index 1 is that address, as with rxe. The exit status is
-// 0 when the test ran, 1 when it failed and 2 on usage errors.
+// port) and GID index 1 is that address, as with rxe. --no-gso turns the
+// UDP segmentation offloads off, as for pingpong. The exit status is 0
+// when the test ran, 1 when it failed and 2 on usage errors.
 //
 // # Structure
 //

@@ -56,6 +56,9 @@ softhca options:
   --peer-port=PORT   the UDP port of the peer's device (4791)
   --timeout=DURATION give up after this long (default: never, as perftest)
   --stats            print the transport's counters (retransmissions, drops)
+  --no-gso           one UDP datagram per packet (no GSO/GRO offloads), so
+                     that tcpdump -i lo shows every packet as a frame of its
+                     own (with GSO it sees several in one datagram)
 
 Examples:
   server:  softhca perf write -s 4096

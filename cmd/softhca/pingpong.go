@@ -54,6 +54,9 @@ softhca's choices (rdma-core finds them in the kernel):
   --peer-port=<port>     UDP port of the peer's device (default 4791)
   --port-mtu=<size>      the port's active MTU, UD's message limit (default: the
                          interface's MTU less 80, rounded down, as rxe)
+  --no-gso               one UDP datagram per packet (no GSO/GRO offloads), so
+                         that tcpdump -i lo shows every packet as a frame of
+                         its own (with GSO it sees several in one datagram)
 
 Exit status: 0 on success; 1 on any failure or bad usage, as rdma-core.
 With SOFTHCA_STATS=<file> in the environment, the device's transport
@@ -188,6 +191,7 @@ var pingpongOpts = []pingpongOpt{
 		c.PortMTU = m
 		return nil
 	}},
+	{long: "no-gso", softhca: true, set: func(c *pingpong.Config, _ string) error { c.NoGSO = true; return nil }},
 }
 
 func (o *pingpongOpt) in(m pingpong.Mode) bool {
@@ -302,7 +306,7 @@ func parsePingpongArgs(args []string) (cfg pingpong.Config, help bool, err error
 	cfg = pingpong.NewConfig(mode)
 	var hosts []string
 	lookupLong := func(name string, oneDash bool) (*pingpongOpt, error) {
-		var found []*pingpongOpt
+		var found, rdma []*pingpongOpt
 		for i := range pingpongOpts {
 			o := &pingpongOpts[i]
 			if !o.in(mode) || (oneDash && !o.softhca) {
@@ -313,13 +317,22 @@ func parsePingpongArgs(args []string) (cfg pingpong.Config, help bool, err error
 			}
 			if !oneDash && strings.HasPrefix(o.long, name) {
 				found = append(found, o) // getopt_long takes unambiguous prefixes
+				if !o.softhca {
+					rdma = append(rdma, o)
+				}
 			}
 		}
-		switch len(found) {
-		case 1:
+		switch {
+		case len(found) == 1:
 			return found[0], nil
-		case 0:
+		case len(found) == 0:
 			return nil, usagef("unrecognized option '--%s' for %s", name, mode)
+		case len(rdma) == 1:
+			// A prefix that is unambiguous among rdma-core's options
+			// means what it means to rdma-core ("--n" is --new_send, not
+			// --no-gso; "--po" is --port, not --port-mtu): softhca's
+			// own options need more letters.
+			return rdma[0], nil
 		}
 		return nil, usagef("option '--%s' is ambiguous", name)
 	}

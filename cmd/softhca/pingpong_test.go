@@ -48,6 +48,12 @@ func TestPingpongArgs(t *testing.T) {
 			c.Addr, c.PeerPort, c.PortMTU = netip.MustParseAddrPort("10.0.0.1:4791"), 5000, verbs.MTU4096
 		}},
 		{"addr with port", []string{"rc", "-addr", "[::1]:7000"}, func(c *pingpong.Config) { c.Addr = netip.MustParseAddrPort("[::1]:7000") }},
+		{"no gso", []string{"rc", "--no-gso"}, func(c *pingpong.Config) { c.NoGSO = true }},
+		{"no gso, one dash", []string{"rc", "-no-gso"}, func(c *pingpong.Config) { c.NoGSO = true }},
+		{"no gso, prefix", []string{"rc", "--no"}, func(c *pingpong.Config) { c.NoGSO = true }},
+		// Prefixes mean what they mean to rdma-core's getopt_long, which
+		// does not know softhca's options.
+		{"rdma-core prefix", []string{"rc", "--n", "--po=7"}, func(c *pingpong.Config) { c.Features.NewSend, c.Port = true, 7 }},
 		{"features", []string{"rc", "-oOPtjN"}, func(c *pingpong.Config) {
 			c.Features = pingpong.Features{ODP: true, ImplicitODP: true, Prefetch: true, Timestamps: true, DM: true, NewSend: true}
 		}},
@@ -84,6 +90,9 @@ func TestPingpongArgErrors(t *testing.T) {
 		{[]string{"uc", "-o"}, "invalid option -- 'o' for uc"},
 		{[]string{"rc", "--frob"}, "unrecognized option '--frob' for rc"},
 		{[]string{"rc", "--i=1"}, "option '--i' is ambiguous"},
+		{[]string{"rc", "--p=1"}, "option '--p' is ambiguous"},
+		{[]string{"rc", "--no-gso=1"}, "option '--no-gso' doesn't allow an argument"},
+		{[]string{"ud", "-N"}, "invalid option -- 'N' for ud"},
 		{[]string{"rc", "--events=1"}, "option '--events' doesn't allow an argument"},
 		{[]string{"rc", "--size"}, "option '--size' requires an argument"},
 		{[]string{"rc", "-s"}, "option requires an argument -- 's'"},

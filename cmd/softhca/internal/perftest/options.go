@@ -144,6 +144,10 @@ type Options struct {
 	Timeout time.Duration
 	// Stats prints the transport's counters at the end.
 	Stats bool
+	// NoGSO opens the UDP link without the segmentation offloads (UDP
+	// GSO and GRO): one datagram per packet, as a capture on loopback
+	// should see them.
+	NoGSO bool
 
 	sizeSet, cqModSet bool
 }
@@ -299,6 +303,7 @@ func optTable(o *Options) []optSpec {
 		}},
 
 		{0, "stats", false, false, flag(&o.Stats)},
+		{0, "no-gso", false, false, flag(&o.NoGSO)},
 
 		// Options of perftest 4.5-0.17 that softhca perf does not
 		// implement: refused by name rather than ignored.

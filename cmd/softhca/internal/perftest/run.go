@@ -240,7 +240,7 @@ func (s *session) openDevice() error {
 		}
 		lk, s.peerPort = l, pp
 	} else {
-		l, err := udp.Open(udp.Config{Addr: netip.AddrPortFrom(addr, port), GSO: true, GRO: true, ECN: true})
+		l, err := udp.Open(s.o.linkConfig(netip.AddrPortFrom(addr, port)))
 		if err != nil {
 			hint := ""
 			if errors.Is(err, syscall.EADDRINUSE) {
@@ -284,6 +284,12 @@ func (s *session) openDevice() error {
 		return fmt.Errorf("-x %d: GID %d is %v; softhca's RoCEv2 GID for %s is index %d", s.o.GIDIndex, s.o.GIDIndex, g, local.Src, s.gidIndex)
 	}
 	return nil
+}
+
+// linkConfig is the device's UDP link on addr: with the segmentation
+// offloads (GSO and GRO) unless --no-gso.
+func (o *Options) linkConfig(addr netip.AddrPort) udp.Config {
+	return udp.Config{Addr: addr, GSO: !o.NoGSO, GRO: !o.NoGSO, ECN: true}
 }
 
 // exchangeMTU agrees on the path MTU (check_mtu): each side's MTU is -m

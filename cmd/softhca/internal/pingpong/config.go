@@ -122,6 +122,12 @@ type Config struct {
 	// MTU minus 80 bytes of headers, rounded down to an InfiniBand MTU
 	// (1500 gives 1024; loopback's 65536 gives 4096).
 	PortMTU verbs.MTU
+	// NoGSO opens the UDP link without the segmentation offloads (UDP GSO
+	// and GRO): one datagram per packet each way, so that a capture on
+	// loopback (tcpdump -i lo) shows each packet as a frame of its own.
+	// (A capture sees a GSO send before the kernel splits it, several
+	// packets in one datagram.)
+	NoGSO bool
 
 	// StatsFile, if set, receives the device's transport counters as
 	// JSON (StatsJSON) when the run ends, successful or not.

@@ -29,7 +29,8 @@
 // (IPv4-mapped), as with rxe, and the peer's packets go to the IP address
 // in the peer's GID, port 4791 (Config.PeerPort). The port's active MTU,
 // the limit of a UD message, follows the interface as rxe's follows its
-// netdev (hca.ActiveMTUFor). RoCE needs a GRH, so as on rxe a side
+// netdev (hca.ActiveMTUFor). The socket uses UDP GSO and GRO unless
+// Config.NoGSO (--no-gso). RoCE needs a GRH, so as on rxe a side
 // started without -g cannot connect: the peer fails to move its QP to RTR
 // (or to create its address handle), with a hint.
 //

@@ -253,15 +253,20 @@ func (s *session) connectTCP(ctx context.Context) error {
 	return nil
 }
 
-// openLink opens the device's link on addr, with UDP segmentation
-// offloads where the kernel has them (a 64 KiB message at MTU 1024 is 64
-// packets: one sendmmsg/recvmmsg call instead of many; three to five times
-// the throughput on loopback, and rxe accepts the segments).
+// openLink opens the device's link on addr (linkConfig).
 func (s *session) openLink(addr netip.AddrPort) (link.Link, error) {
 	if s.cfg.OpenLink != nil {
 		return s.cfg.OpenLink(addr)
 	}
-	return udp.Open(udp.Config{Addr: addr, GSO: true, GRO: true, ECN: true})
+	return udp.Open(s.cfg.linkConfig(addr))
+}
+
+// linkConfig is the UDP link on addr: with the segmentation offloads
+// where the kernel has them (a 64 KiB message at MTU 1024 is 64 packets:
+// one sendmmsg/recvmmsg call instead of many; three to five times the
+// throughput on loopback, and rxe accepts the segments), unless NoGSO.
+func (c *Config) linkConfig(addr netip.AddrPort) udp.Config {
+	return udp.Config{Addr: addr, GSO: !c.NoGSO, GRO: !c.NoGSO, ECN: true}
 }
 
 // setup opens the device and creates its objects, as pp_init_ctx does,
