@@ -111,7 +111,8 @@
 //	frame 4: 0.001502 127.0.0.2:4791 -> 127.0.0.1:4791: gso 2/2 RC Acknowledge qp=0x11 psn=8745029 aeth{ACK syn=0x1f msn=1} len=0 icrc ok
 //
 // The summary counts the datagrams as frames and each of their packets
-// as ok or bad.
+// as ok or bad. (pingpong's and perf's -w writes the packets one by one
+// from inside softhca, and their --no-gso sends them so.)
 //
 // The exit status is 0 when every RoCEv2 packet parsed and its ICRC
 // verified, 1 when any was dropped, and 2 on usage errors or files that
@@ -121,7 +122,7 @@
 //
 //	softhca pingpong {rc|uc|ud|srq} [-p port] [-d dev] [-i port] [-s size] [-m mtu]
 //	        [-q num_qp] [-r rx_depth] [-n iters] [-l sl] [-e] [-g gid_idx] [-c]
-//	        [--addr ip[:port]] [--peer-port port] [--port-mtu mtu] [--no-gso] [host]
+//	        [--addr ip[:port]] [--peer-port port] [--port-mtu mtu] [--no-gso] [-w file] [host]
 //
 // pingpong is one side of rdma-core's ping-pong examples: without host a
 // server that waits for a TCP connection on port 18515, with host a client
@@ -144,12 +145,20 @@
 // its QP to RTR, as on rxe). The exit status is 0 on success and 1 on any
 // failure or usage error, as rdma-core's.
 //
+// -w FILE (--pcap) writes every packet the device sends and receives to
+// a pcap file, from inside softhca (the device's Trace hook, as demo
+// -pcap): one Ethernet frame per RoCEv2 packet, with the IP and UDP
+// headers its ICRC covers, which Wireshark's InfiniBand dissector and
+// decode read; at the end a line on stderr says how many packets went
+// there and gives the tshark command that shows them.
+//
 // The device's UDP socket uses the kernel's segmentation offloads, UDP
 // GSO and GRO: a run of packets to the peer leaves as one super-datagram
 // that the kernel splits. A capture on loopback (tcpdump -i lo) sees it
 // before the split, several packets in one frame, which Wireshark shows
 // as one packet (decode splits it). --no-gso sends and receives one
-// datagram per packet, for tcpdump's sake; it costs throughput.
+// datagram per packet, for tcpdump's sake; it costs throughput, and -w
+// needs no such help.
 //
 // # run, env
 //
@@ -167,7 +176,7 @@
 // # perf
 //
 //	softhca perf {send|write|read|atomic}[_bw|_lat] [perftest options]
-//	        [--addr ip[:port]] [--peer-port port] [--timeout d] [--no-gso] [server]
+//	        [--addr ip[:port]] [--peer-port port] [--timeout d] [--no-gso] [-w file] [server]
 //
 // perf is one side of perftest's ib_send_bw, ib_write_bw, ib_read_bw,
 // ib_atomic_bw and their _lat variants ("softhca perf write" is
@@ -185,9 +194,11 @@
 // -t, -r, -Q, -u, -N, -F and --report_gbits; other perftest options are
 // refused by name. The device binds UDP port 4791 on this side's address
 // of the TCP connection (--addr chooses another, --peer-port the peer's
-// port) and GID index 1 is that address, as with rxe. --no-gso turns the
-// UDP segmentation offloads off, as for pingpong. The exit status is 0
-// when the test ran, 1 when it failed and 2 on usage errors.
+// port) and GID index 1 is that address, as with rxe. -w FILE writes the
+// device's packets to a pcap file and --no-gso turns the UDP segmentation
+// offloads off, as for pingpong; perftest's own -w (--limit_bw) is not
+// implemented, and a number after -w is refused as one. The exit status
+// is 0 when the test ran, 1 when it failed and 2 on usage errors.
 //
 // # Structure
 //

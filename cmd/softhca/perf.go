@@ -12,6 +12,7 @@ import (
 
 	"github.com/softhca/softhca/cmd/softhca/internal/perftest"
 	"github.com/softhca/softhca/cmd/softhca/internal/pingpong"
+	"github.com/softhca/softhca/wire"
 )
 
 const perfUsage = `usage: softhca perf TEST [OPTIONS] [SERVER]
@@ -59,6 +60,10 @@ softhca options:
   --no-gso           one UDP datagram per packet (no GSO/GRO offloads), so
                      that tcpdump -i lo shows every packet as a frame of its
                      own (with GSO it sees several in one datagram)
+  -w, --pcap=FILE    write every packet the device sends and receives to FILE
+                     (pcap, one frame per packet, for Wireshark's InfiniBand
+                     dissector and softhca decode); perftest's -w
+                     (--limit_bw) is not implemented
 
 Examples:
   server:  softhca perf write -s 4096
@@ -117,9 +122,18 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
 		return exitUsage
 	}
+	cfg := perftest.Config{Options: o, Stdout: stdout, Stderr: stderr, Listening: perfListening, DeviceRate: rate, BusyPoll: busy}
+	var pf *pcapFile
+	if o.PcapFile != "" {
+		if pf, err = createPcapFile(o.PcapFile); err != nil {
+			fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
+			return exitUsage
+		}
+		cfg.Trace = pf.trace
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := perftest.Run(ctx, perftest.Config{Options: o, Stdout: stdout, Stderr: stderr, Listening: perfListening, DeviceRate: rate, BusyPoll: busy})
+	res, err := perftest.Run(ctx, cfg)
 	if perfDone != nil {
 		perfDone(o, res)
 	}
@@ -127,9 +141,26 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		// The same counters, in the same format, as pingpong writes.
 		_ = os.WriteFile(f, pingpong.StatsJSON(res.Stats), 0o644)
 	}
+	status := exitOK
 	if err != nil {
 		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
-		return exitFailure
+		status = exitFailure
 	}
-	return exitOK
+	if pf != nil {
+		// Run has closed the device: no packet is traced any more.
+		n, err := pf.close()
+		if err != nil {
+			fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
+			return exitFailure
+		}
+		local, peer := o.Addr.Port(), o.PeerPort
+		if local == 0 {
+			local = wire.RoCEv2Port
+		}
+		if peer == 0 {
+			peer = wire.RoCEv2Port
+		}
+		fmt.Fprintf(stderr, "softhca perf %s: %s\n", test, pf.note(n, local, peer))
+	}
+	return status
 }

@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -63,7 +65,16 @@ func perfAddrs(t *testing.T) (serverIP netip.Addr, serverArgs, clientArgs []stri
 // process with the same arguments, and returns both outcomes.
 func runPerfPair(t *testing.T, test string, args ...string) (server, client perfRun) {
 	t.Helper()
+	return runPerfPairSides(t, test, nil, nil, args...)
+}
+
+// runPerfPairSides is runPerfPair with serverArgs for the server only and
+// clientArgs for the client only.
+func runPerfPairSides(t *testing.T, test string, serverArgs, clientArgs []string, args ...string) (server, client perfRun) {
+	t.Helper()
 	ip, sa, ca := perfAddrs(t)
+	sa = append(sa, serverArgs...)
+	ca = append(ca, clientArgs...)
 	listening := make(chan net.Addr, 1)
 	var mu sync.Mutex
 	results := map[bool]*perftest.Result{}
@@ -232,4 +243,66 @@ func TestPerfUsage(t *testing.T) {
 	var out bytes.Buffer
 	require.Equal(t, exitOK, runPerf([]string{"read", "-V"}, &out, &out))
 	require.Contains(t, out.String(), "perftest 4.5-0.17 (version 6.06)")
+}
+
+// -w writes every packet the device sends and receives, one frame per
+// packet although the link sends with GSO; decode (when the devices are
+// on port 4791, the only one it takes for RoCEv2) and tshark read them.
+// perftest's -w is --limit_bw, a number: refused, not taken as a file.
+func TestPerfPcap(t *testing.T) {
+	dir := t.TempDir()
+	sf, cf := filepath.Join(dir, "server.pcap"), filepath.Join(dir, "client.pcap")
+	srv, cli := runPerfPairSides(t, "write", []string{"-w", sf}, []string{"--pcap", cf}, "-n", "20", "-s", "8192", "-m", "1024")
+	noteRE := regexp.MustCompile(`(?m)^softhca perf ib_write_bw: wrote (\d+) packets to (\S+); look at them with: (tshark -r \S+( -d udp.port==\d+,infiniband)+)( or softhca decode (\S+))?$`)
+	for _, s := range []struct {
+		file string
+		r    perfRun
+	}{{sf, srv}, {cf, cli}} {
+		m := noteRE.FindStringSubmatch(s.r.err)
+		require.NotNil(t, m, "stderr: %q", s.r.err)
+		require.Equal(t, s.file, m[2])
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		// 20 WRITEs of 8 packets, and the ACKs (at least one).
+		require.Greater(t, n, 20*8)
+		require.Equal(t, s.r.res.Stats.TxPackets+s.r.res.Stats.RxPackets, uint64(n), "every packet sent and received, once")
+		if m[6] != "" {
+			code, stdout, _ := runCmd(t, "decode", s.file)
+			require.Equal(t, exitOK, code, stdout)
+			require.NotContains(t, stdout, " gso ")
+			require.Contains(t, stdout, fmt.Sprintf(": %d packets, %d RoCEv2, %d ok, 0 bad, 0 not RoCEv2\n", n, n, n))
+		}
+		tshark := tsharkPath(t)
+		args := append(strings.Fields(m[3])[1:], "-T", "fields", "-e", "infiniband.bth.opcode")
+		var stderr bytes.Buffer
+		cmd := exec.Command(tshark, args...)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		require.NoError(t, err, "%s", stderr.String())
+		ops := lines(string(out))
+		require.Len(t, ops, n)
+		for _, op := range ops {
+			// RDMA WRITE First, Middle, Last (the client sends) and
+			// Acknowledge (the server sends).
+			require.Contains(t, []string{"6", "7", "8", "17"}, op)
+		}
+	}
+}
+
+func TestPerfPcapArgs(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"write", "-w", "10"}, `-w 10: softhca perf's -w writes the packets to a pcap file, and "10" looks like a bandwidth for perftest's -w (--limit_bw)`},
+		{[]string{"write", "-w", ""}, "-w: no file name"},
+		{[]string{"write", "--limit_bw", "10"}, "not supported by softhca perf: --limit_bw"},
+		{[]string{"write", "-w", filepath.Join(t.TempDir(), "no", "dir", "x.pcap")}, "-w: open "},
+	} {
+		var out, errb bytes.Buffer
+		code := runPerf(c.args, &out, &errb)
+		require.Equal(t, exitUsage, code, "%v: %s", c.args, errb.String())
+		require.Contains(t, errb.String(), c.stderr, "%v", c.args)
+		require.NotContains(t, out.String(), "Waiting for client", "fails before listening")
+	}
 }

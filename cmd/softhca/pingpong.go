@@ -49,6 +49,9 @@ work; options may follow host):
   -N, --new_send         use new post send WR API (rc; softhca posts as usual)
 
 softhca's choices (rdma-core finds them in the kernel):
+  -w, --pcap=<file>      write every packet the device sends and receives to
+                         <file> (pcap, one frame per packet, as Wireshark's
+                         InfiniBand dissector and softhca decode read it)
   --addr=<ip>[:<port>]   the device's UDP address (default: this side's address
                          of the TCP connection, port 4791)
   --peer-port=<port>     UDP port of the peer's device (default 4791)
@@ -72,13 +75,21 @@ type pingpongOpt struct {
 	modes []pingpong.Mode
 	// softhca marks softhca's own options, which also take one dash.
 	softhca bool
-	set     func(c *pingpong.Config, v string) error
+	set     func(c *pingpongArgs, v string) error
+}
+
+// pingpongArgs is a parsed pingpong command line: the run's configuration
+// and what the command itself takes care of.
+type pingpongArgs struct {
+	pingpong.Config
+	// pcapFile (-w) receives every packet the device sends and receives.
+	pcapFile string
 }
 
 // pingpongOpts are the options of every mode; each mode accepts those
 // its rdma-core tool has.
 var pingpongOpts = []pingpongOpt{
-	{short: 'p', long: "port", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 'p', long: "port", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, false)
 		if err != nil || n > 65535 {
 			return badValue(v, err, "a TCP port (0..65535)")
@@ -86,8 +97,8 @@ var pingpongOpts = []pingpongOpt{
 		c.Port = int(n)
 		return nil
 	}},
-	{short: 'd', long: "ib-dev", arg: true, set: func(c *pingpong.Config, v string) error { c.IBDev = v; return nil }},
-	{short: 'i', long: "ib-port", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 'd', long: "ib-dev", arg: true, set: func(c *pingpongArgs, v string) error { c.IBDev = v; return nil }},
+	{short: 'i', long: "ib-port", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, true)
 		if err != nil || n < 1 || n > 255 {
 			return badValue(v, err, "a port number (1..255)")
@@ -95,7 +106,7 @@ var pingpongOpts = []pingpongOpt{
 		c.IBPort = int(n)
 		return nil
 	}},
-	{short: 's', long: "size", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 's', long: "size", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, false)
 		if err != nil || n > 1<<31 || (c.Mode == pingpong.SRQ && n < 1) {
 			least := 0
@@ -107,7 +118,7 @@ var pingpongOpts = []pingpongOpt{
 		c.Size = uint32(n)
 		return nil
 	}},
-	{short: 'm', long: "mtu", arg: true, modes: []pingpong.Mode{pingpong.RC, pingpong.UC, pingpong.SRQ}, set: func(c *pingpong.Config, v string) error {
+	{short: 'm', long: "mtu", arg: true, modes: []pingpong.Mode{pingpong.RC, pingpong.UC, pingpong.SRQ}, set: func(c *pingpongArgs, v string) error {
 		m, err := mtuValue(v)
 		if err != nil {
 			return err
@@ -115,7 +126,7 @@ var pingpongOpts = []pingpongOpt{
 		c.MTU = m
 		return nil
 	}},
-	{short: 'q', long: "num-qp", arg: true, modes: []pingpong.Mode{pingpong.SRQ}, set: func(c *pingpong.Config, v string) error {
+	{short: 'q', long: "num-qp", arg: true, modes: []pingpong.Mode{pingpong.SRQ}, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, false)
 		if err != nil || n > 1<<32-1 {
 			return badValue(v, err, "a number of QPs")
@@ -123,7 +134,7 @@ var pingpongOpts = []pingpongOpt{
 		c.NumQP = uint32(n)
 		return nil
 	}},
-	{short: 'r', long: "rx-depth", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 'r', long: "rx-depth", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, false)
 		if err != nil || n < 1 || n > 1<<20 {
 			return badValue(v, err, "a number of receives (1..1048576, the device's max_qp_wr)")
@@ -131,7 +142,7 @@ var pingpongOpts = []pingpongOpt{
 		c.RxDepth = uint32(n)
 		return nil
 	}},
-	{short: 'n', long: "iters", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 'n', long: "iters", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, false)
 		if err != nil || n > 1<<31-1 {
 			return badValue(v, err, "a number of iterations (0..2147483647)")
@@ -139,7 +150,7 @@ var pingpongOpts = []pingpongOpt{
 		c.Iters = uint32(n)
 		return nil
 	}},
-	{short: 'l', long: "sl", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 'l', long: "sl", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, true)
 		if err != nil || n < 0 || n > 15 {
 			return badValue(v, err, "a service level (0..15)")
@@ -147,8 +158,8 @@ var pingpongOpts = []pingpongOpt{
 		c.SL = uint8(n)
 		return nil
 	}},
-	{short: 'e', long: "events", set: func(c *pingpong.Config, _ string) error { c.Events = true; return nil }},
-	{short: 'g', long: "gid-idx", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 'e', long: "events", set: func(c *pingpongArgs, _ string) error { c.Events = true; return nil }},
+	{short: 'g', long: "gid-idx", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, true)
 		if err != nil || n > 1<<31-1 || n < -1<<31 {
 			return badValue(v, err, "a GID index")
@@ -156,18 +167,18 @@ var pingpongOpts = []pingpongOpt{
 		c.GIDIndex = int(n)
 		return nil
 	}},
-	{short: 'c', long: "chk", set: func(c *pingpong.Config, _ string) error { c.Validate = true; return nil }},
-	{short: 'o', long: "odp", modes: []pingpong.Mode{pingpong.RC, pingpong.SRQ}, set: func(c *pingpong.Config, _ string) error { c.Features.ODP = true; return nil }},
-	{short: 'O', long: "iodp", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpong.Config, _ string) error {
+	{short: 'c', long: "chk", set: func(c *pingpongArgs, _ string) error { c.Validate = true; return nil }},
+	{short: 'o', long: "odp", modes: []pingpong.Mode{pingpong.RC, pingpong.SRQ}, set: func(c *pingpongArgs, _ string) error { c.Features.ODP = true; return nil }},
+	{short: 'O', long: "iodp", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpongArgs, _ string) error {
 		c.Features.ODP, c.Features.ImplicitODP = true, true
 		return nil
 	}},
-	{short: 'P', long: "prefetch", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpong.Config, _ string) error { c.Features.Prefetch = true; return nil }},
-	{short: 't', long: "ts", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpong.Config, _ string) error { c.Features.Timestamps = true; return nil }},
-	{short: 'j', long: "dm", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpong.Config, _ string) error { c.Features.DM = true; return nil }},
-	{short: 'N', long: "new_send", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpong.Config, _ string) error { c.Features.NewSend = true; return nil }},
+	{short: 'P', long: "prefetch", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpongArgs, _ string) error { c.Features.Prefetch = true; return nil }},
+	{short: 't', long: "ts", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpongArgs, _ string) error { c.Features.Timestamps = true; return nil }},
+	{short: 'j', long: "dm", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpongArgs, _ string) error { c.Features.DM = true; return nil }},
+	{short: 'N', long: "new_send", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpongArgs, _ string) error { c.Features.NewSend = true; return nil }},
 
-	{long: "addr", arg: true, softhca: true, set: func(c *pingpong.Config, v string) error {
+	{long: "addr", arg: true, softhca: true, set: func(c *pingpongArgs, v string) error {
 		ap, err := parseAddrPort(v)
 		if err != nil {
 			return err
@@ -175,7 +186,7 @@ var pingpongOpts = []pingpongOpt{
 		c.Addr = ap
 		return nil
 	}},
-	{long: "peer-port", arg: true, softhca: true, set: func(c *pingpong.Config, v string) error {
+	{long: "peer-port", arg: true, softhca: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, false)
 		if err != nil || n < 1 || n > 65535 {
 			return badValue(v, err, "a UDP port (1..65535)")
@@ -183,7 +194,7 @@ var pingpongOpts = []pingpongOpt{
 		c.PeerPort = uint16(n)
 		return nil
 	}},
-	{long: "port-mtu", arg: true, softhca: true, set: func(c *pingpong.Config, v string) error {
+	{long: "port-mtu", arg: true, softhca: true, set: func(c *pingpongArgs, v string) error {
 		m, err := mtuValue(v)
 		if err != nil {
 			return err
@@ -191,7 +202,14 @@ var pingpongOpts = []pingpongOpt{
 		c.PortMTU = m
 		return nil
 	}},
-	{long: "no-gso", softhca: true, set: func(c *pingpong.Config, _ string) error { c.NoGSO = true; return nil }},
+	{long: "no-gso", softhca: true, set: func(c *pingpongArgs, _ string) error { c.NoGSO = true; return nil }},
+	{short: 'w', long: "pcap", arg: true, softhca: true, set: func(c *pingpongArgs, v string) error {
+		if v == "" {
+			return errors.New("no file name")
+		}
+		c.pcapFile = v
+		return nil
+	}},
 }
 
 func (o *pingpongOpt) in(m pingpong.Mode) bool {
@@ -291,7 +309,7 @@ func parseAddrPort(v string) (netip.AddrPort, error) {
 // parsePingpongArgs parses the command line after "pingpong": the mode,
 // then getopt_long-style options and at most one host, in any order.
 // help reports -h/--help.
-func parsePingpongArgs(args []string) (cfg pingpong.Config, help bool, err error) {
+func parsePingpongArgs(args []string) (cfg pingpongArgs, help bool, err error) {
 	if len(args) == 0 {
 		return cfg, false, usagef("which pingpong? want rc, uc, ud or srq")
 	}
@@ -303,7 +321,7 @@ func parsePingpongArgs(args []string) (cfg pingpong.Config, help bool, err error
 	if !ok {
 		return cfg, false, usagef("unknown pingpong %q: want rc, uc, ud or srq", args[0])
 	}
-	cfg = pingpong.NewConfig(mode)
+	cfg.Config = pingpong.NewConfig(mode)
 	var hosts []string
 	lookupLong := func(name string, oneDash bool) (*pingpongOpt, error) {
 		var found, rdma []*pingpongOpt
@@ -438,16 +456,41 @@ func pingpongMain(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		fmt.Fprintf(stderr, "softhca pingpong: %v\n", err)
 		return exitFailure
 	}
-	if adjust != nil {
-		adjust(&cfg)
+	var pf *pcapFile
+	if cfg.pcapFile != "" {
+		if pf, err = createPcapFile(cfg.pcapFile); err != nil {
+			fmt.Fprintf(stderr, "softhca pingpong: %v\n", err)
+			return exitFailure
+		}
+		cfg.Trace = pf.trace
 	}
-	if err := pingpong.Run(ctx, cfg, stdout); err != nil {
+	if adjust != nil {
+		adjust(&cfg.Config)
+	}
+	status := exitOK
+	if err := pingpong.Run(ctx, cfg.Config, stdout); err != nil {
 		if errors.Is(err, pingpong.ErrInvalidData) {
 			fmt.Fprintf(stderr, "softhca pingpong %s: -c: the received data differs from what the peer sends\n", cfg.Mode)
 		} else {
 			fmt.Fprintln(stderr, err)
 		}
-		return exitFailure
+		status = exitFailure
 	}
-	return exitOK
+	if pf != nil {
+		// Run has closed the device: no packet is traced any more.
+		n, err := pf.close()
+		if err != nil {
+			fmt.Fprintf(stderr, "softhca pingpong: %v\n", err)
+			return exitFailure
+		}
+		local, peer := cfg.Addr.Port(), cfg.PeerPort
+		if local == 0 {
+			local = wire.RoCEv2Port
+		}
+		if peer == 0 {
+			peer = wire.RoCEv2Port
+		}
+		fmt.Fprintf(stderr, "softhca pingpong: %s\n", pf.note(n, local, peer))
+	}
+	return status
 }

@@ -8,8 +8,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -64,8 +67,17 @@ func TestPingpongArgs(t *testing.T) {
 			require.False(t, help)
 			want := rc
 			tc.want(&want)
-			require.Equal(t, want, got)
+			require.Equal(t, want, got.Config)
+			require.Empty(t, got.pcapFile)
 		})
+	}
+
+	// -w FILE (--pcap, -pcap), in getopt's forms.
+	for _, args := range [][]string{{"rc", "-w", "x.pcap"}, {"rc", "-wx.pcap"}, {"rc", "-ew", "x.pcap"},
+		{"rc", "--pcap=x.pcap"}, {"rc", "--pc", "x.pcap"}, {"rc", "-pcap", "x.pcap"}} {
+		got, _, err := parsePingpongArgs(args)
+		require.NoError(t, err, args)
+		require.Equal(t, "x.pcap", got.pcapFile, args)
 	}
 
 	ud, _, err := parsePingpongArgs([]string{"ud"})
@@ -92,6 +104,8 @@ func TestPingpongArgErrors(t *testing.T) {
 		{[]string{"rc", "--i=1"}, "option '--i' is ambiguous"},
 		{[]string{"rc", "--p=1"}, "option '--p' is ambiguous"},
 		{[]string{"rc", "--no-gso=1"}, "option '--no-gso' doesn't allow an argument"},
+		{[]string{"rc", "-w"}, "option requires an argument -- 'w'"},
+		{[]string{"rc", "--pcap="}, "-w/--pcap: no file name"},
 		{[]string{"ud", "-N"}, "invalid option -- 'N' for ud"},
 		{[]string{"rc", "--events=1"}, "option '--events' doesn't allow an argument"},
 		{[]string{"rc", "--size"}, "option '--size' requires an argument"},
@@ -290,4 +304,92 @@ func TestPingpongInvalidData(t *testing.T) {
 	require.Equal(t, exitFailure, scode)
 	require.Contains(t, sout, " usec/iter\ninvalid data in page 0\n")
 	require.Equal(t, "softhca pingpong rc: -c: the received data differs from what the peer sends\n", serr)
+}
+
+// decodeFile runs softhca decode on path and returns its exit status and
+// the packet lines (without the summary line).
+func decodeFile(t *testing.T, path string) (int, []string, string) {
+	t.Helper()
+	code, stdout, stderr := runCmd(t, "decode", path)
+	require.Empty(t, stderr)
+	ls := lines(stdout)
+	return code, ls[:len(ls)-1], ls[len(ls)-1]
+}
+
+// -w writes every packet the device sends and receives, one frame per
+// packet although the link sends with GSO (4 KiB messages at MTU 1024:
+// runs of 4 packets), each with headers its ICRC verifies with; tshark
+// dissects them as InfiniBand.
+func TestPingpongPcap(t *testing.T) {
+	dir := t.TempDir()
+	sf, cf := filepath.Join(dir, "server.pcap"), filepath.Join(dir, "client.pcap")
+	args := []string{"-g", "1", "-n", "5", "-s", "4096", "-m", "1024"}
+	sout, serr, cout, cerr, scode, ccode := pingpongPair(t, "rc", append(args, "-w", sf), append(args, "--pcap="+cf), false)
+	require.Equal(t, exitOK, scode, "server:\n%s%s", sout, serr)
+	require.Equal(t, exitOK, ccode, "client:\n%s%s", cout, cerr)
+	for _, s := range []struct{ file, out, err string }{{sf, sout, serr}, {cf, cout, cerr}} {
+		m := regexp.MustCompile(`^softhca pingpong: wrote (\d+) packets to (\S+); look at them with: tshark -r (\S+) -d udp.port==4791,infiniband or softhca decode (\S+)\n$`).FindStringSubmatch(s.err)
+		require.NotNil(t, m, "stderr: %q", s.err)
+		require.Equal(t, []string{s.file, s.file, s.file}, m[2:])
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+
+		code, pkts, sum := decodeFile(t, s.file)
+		require.Equal(t, exitOK, code, "%s", strings.Join(pkts, "\n"))
+		require.Equal(t, fmt.Sprintf("%s: %d packets, %d RoCEv2, %d ok, 0 bad, 0 not RoCEv2", s.file, n, n, n), sum)
+		// Five messages of four packets each way, an ACK for each
+		// message each way; more if a timer fired on a busy machine.
+		require.GreaterOrEqual(t, n, 2*(5*4+5))
+		sent, received := 0, 0
+		var local string
+		for _, l := range pkts {
+			require.NotContains(t, l, " gso ", "one packet per frame")
+			require.True(t, strings.HasSuffix(l, " icrc ok"), l)
+			addrs := regexp.MustCompile(`^frame \d+: \S+ (\S+):4791 -> (\S+):4791: `).FindStringSubmatch(l)
+			require.NotNil(t, addrs, l)
+			if local == "" {
+				local = addrs[1] // the client sends first; the server receives first
+				if s.file == sf {
+					local = addrs[2]
+				}
+			}
+			switch local {
+			case addrs[1]:
+				sent++
+			case addrs[2]:
+				received++
+			default:
+				t.Fatalf("a packet neither from nor to %s: %s", local, l)
+			}
+		}
+		require.GreaterOrEqual(t, sent, 5*4+5, "sent packets in %s", s.file)
+		require.GreaterOrEqual(t, received, 5*4+5, "received packets in %s", s.file)
+	}
+
+	tshark := tsharkPath(t)
+	var stderr bytes.Buffer
+	cmd := exec.Command(tshark, "-r", sf, "-d", "udp.port==4791,infiniband", "-T", "fields", "-e", "infiniband.bth.opcode")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s", stderr.String())
+	ops := map[string]int{}
+	for _, op := range lines(string(out)) {
+		ops[op]++
+	}
+	// RC SEND First, Middle, Last and Acknowledge, nothing else.
+	require.GreaterOrEqual(t, ops["0"], 10, "%v", ops)
+	require.GreaterOrEqual(t, ops["1"], 20, "%v", ops)
+	require.GreaterOrEqual(t, ops["2"], 10, "%v", ops)
+	require.GreaterOrEqual(t, ops["17"], 10, "%v", ops)
+	require.Len(t, ops, 4, "%v", ops)
+}
+
+// A -w file that cannot be created fails the command at once, before any
+// connection.
+func TestPingpongPcapUnwritable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "no", "such", "dir", "x.pcap")
+	code, stdout, stderr := runCmd(t, "pingpong", "rc", "-g", "1", "-w", path)
+	require.Equal(t, exitFailure, code)
+	require.Empty(t, stdout)
+	require.Equal(t, "softhca pingpong: -w: open "+path+": no such file or directory\n", stderr)
 }

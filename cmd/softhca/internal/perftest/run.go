@@ -31,6 +31,11 @@ type Config struct {
 	BusyPoll bool
 	// Stdout receives the banner and the result tables, Stderr notes.
 	Stdout, Stderr io.Writer
+	// Trace, if set, is the device's trace hook (hca.Config.Trace): it is
+	// called with every packet the device sends and receives, on the
+	// device's goroutines, until Run returns ("softhca perf -w" writes
+	// them to a pcap file).
+	Trace func(dir hca.Direction, p *link.Packet)
 
 	// Listener, if set, is where the server accepts its client instead
 	// of listening on Options.Port.
@@ -263,7 +268,7 @@ func (s *session) openDevice() error {
 	var pattr verbs.PortAttr
 	pattr.ActiveMTU = hca.ActiveMTUFor(local.Src)
 	s.dev, err = hca.Open(hca.Config{Name: name, Link: lk, PeerPort: s.peerPort, PortAttr: pattr,
-		Congestion: hca.Congestion{DeviceRate: s.cfg.DeviceRate}, BusyPoll: s.cfg.BusyPoll})
+		Congestion: hca.Congestion{DeviceRate: s.cfg.DeviceRate}, BusyPoll: s.cfg.BusyPoll, Trace: s.cfg.Trace})
 	if err != nil {
 		lk.Close()
 		return fmt.Errorf("cannot open the device: %w", err)

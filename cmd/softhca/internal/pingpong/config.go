@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
@@ -135,6 +136,11 @@ type Config struct {
 	// DeviceRate is the device's pacing rate in bits per second
 	// (hca.Congestion.DeviceRate); 0: none.
 	DeviceRate float64
+	// Trace, if set, is the device's trace hook (hca.Config.Trace): it is
+	// called with every packet the device sends and receives, on the
+	// device's goroutines, until Run returns ("softhca pingpong -w"
+	// writes them to a pcap file).
+	Trace func(dir hca.Direction, p *link.Packet)
 
 	// Test hooks.
 

@@ -288,6 +288,7 @@ func (s *session) setup(addr netip.AddrPort) error {
 		PeerPort:   c.peerPort(),
 		PortAttr:   verbs.PortAttr{ActiveMTU: mtu},
 		Congestion: hca.Congestion{DeviceRate: c.DeviceRate},
+		Trace:      c.Trace,
 	}
 	if c.Mode == SRQ {
 		// srq_pingpong's QPs all receive into and send from one buffer.
