@@ -47,7 +47,12 @@
 // If the port is taken on 127.0.0.1/127.0.0.2 (by rdma_rxe, say), demo
 // tries 127.0.0.3/127.0.0.4 and 127.0.0.5/127.0.0.6 on the same port, then
 // free ports, and prints a note saying so; -port 0 asks for free ports and
-// -addrs A,B for other addresses. -pcap writes the packets that crossed
+// -addrs A,B for other addresses, IPv6 ones too (-port 0 -addrs ::1,::1).
+// The UD step shows what the 40-byte GRH area at the start of a UD
+// receive buffer holds, as rxe fills it: for IPv4, 20 zero bytes and the
+// packet's IPv4 header; for IPv6, the packet's IPv6 header itself (the
+// layout of a GRH); either way with the TTL or hop limit the packet
+// arrived with. -pcap writes the packets that crossed
 // the wire to a pcap file and prints the tshark command that shows them as
 // InfiniBand (on port 4791, decode reads the file too; it takes no other
 // port for RoCEv2). -loss drops RC packets with the given probability to
