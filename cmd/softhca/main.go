@@ -150,6 +150,17 @@
 // its QP to RTR, as on rxe). The exit status is 0 on success and 1 on any
 // failure or usage error, as rdma-core's.
 //
+// Index 0 holds the link-local fe80:: GID made from the node GUID, as on
+// rxe, but the device's socket is bound to its IP address only: -g 0
+// fails at once and says why, and so does an index where the device has
+// no GID, with rdma-core's "can't read sgid of index N" (rdma-core on rxe
+// reads an empty entry as an all-zero GID and sends that, so that the
+// peer cannot connect). A peer's GID the device cannot send to (a
+// link-local one, or of the other IP family) fails the connect with a
+// reason; the client connects before it sends "done" (rdma-core's sends
+// it first), so that a server whose client cannot connect fails too
+// instead of waiting forever for its first message.
+//
 // -w FILE (--pcap) writes every packet the device sends and receives to
 // a pcap file, from inside softhca (the device's Trace hook, as demo
 // -pcap): one Ethernet frame per RoCEv2 packet, with the IP and UDP
@@ -199,7 +210,10 @@
 // -t, -r, -Q, -u, -N, -F and --report_gbits; other perftest options are
 // refused by name. The device binds UDP port 4791 on this side's address
 // of the TCP connection (--addr chooses another, --peer-port the peer's
-// port) and GID index 1 is that address, as with rxe. -w FILE writes the
+// port) and GID index 1 is that address, as with rxe: -x 0 (the
+// link-local GID) and an index without a GID fail before the exchange
+// connection, and a peer's link-local GID before the QP is connected to
+// it. -w FILE writes the
 // device's packets to a pcap file and --no-gso turns the UDP segmentation
 // offloads off, as for pingpong; perftest's own -w (--limit_bw) is not
 // implemented, and a number after -w is refused as one. The exit status

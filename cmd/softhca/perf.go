@@ -34,7 +34,8 @@ perftest options (the same meaning, defaults and getopt syntax):
   -a, --all                every size from 2 to 2^23 bytes
   -n, --iters=N            iterations (5000 for write_bw, else 1000; at least 5)
   -m, --mtu=MTU            path MTU 256..4096 (at most the port's active MTU)
-  -x, --gid-index=N        GID index; softhca's address is GID 1
+  -x, --gid-index=N        GID index; softhca's address is GID 1 (GID 0 is the
+                           link-local fe80:: GID, no socket is bound to it)
   -d, --ib-dev=NAME        device name (softhca names its device so)
   -i, --ib-port=1          port (softhca has one)
   -A, --atomic_type=TYPE   CMP_AND_SWAP or FETCH_AND_ADD (atomic tests)

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -305,4 +306,54 @@ func TestPerfPcapArgs(t *testing.T) {
 		require.Contains(t, errb.String(), c.stderr, "%v", c.args)
 		require.NotContains(t, out.String(), "Waiting for client", "fails before listening")
 	}
+}
+
+// A -x the device cannot use fails at once: the server before it listens,
+// the client before it connects. (-x 5 used to be found only after the
+// exchange had begun, and -x 0 likewise.)
+func TestPerfGIDIndex(t *testing.T) {
+	listened := false
+	perfListening = func(a net.Addr) {
+		// A server that listens waits for a client: give it one that
+		// leaves at once, so that it ends.
+		listened = true
+		if c, err := net.Dial("tcp", a.String()); err == nil {
+			c.Close()
+		}
+	}
+	defer func() { perfListening = nil }()
+	for _, c := range []struct {
+		x    string
+		want string
+	}{
+		{"5", "softhca perf ib_write_bw: -x 5: the device has no GID at index 5: its port has index 0, the link-local fe80:: GID, and index 1, the device's IP address; use -x 1 (or no -x)\n"},
+		{"1023", "-x 1023: the device has no GID at index 1023"},
+		{"0", "softhca perf ib_write_bw: -x 0: GID index 0 is the link-local GID (fe80::/64 with the interface identifier made from the node GUID, as rxe puts it there); " +
+			"the device's UDP socket is bound to its IP address, not to it, so it cannot carry RoCEv2 traffic here: use -x 1 (or no -x), the device's IP address\n"},
+	} {
+		listened = false
+		var out, errb bytes.Buffer
+		code := runPerf([]string{"write", "-x", c.x, "-p", "0"}, &out, &errb)
+		require.Equal(t, exitFailure, code)
+		require.Contains(t, errb.String(), c.want)
+		require.False(t, listened, "-x %s: the server listened", c.x)
+		require.NotContains(t, out.String(), "Waiting for client")
+
+		tl, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		out.Reset()
+		errb.Reset()
+		code = runPerf([]string{"write", "-x", c.x, "-p", fmt.Sprint(tl.Addr().(*net.TCPAddr).Port), "127.0.0.1"}, &out, &errb)
+		require.Equal(t, exitFailure, code)
+		require.Contains(t, errb.String(), c.want)
+		// A client that had connected would be in the accept queue by
+		// now: Dial returns after the handshake.
+		require.NoError(t, tl.(*net.TCPListener).SetDeadline(time.Now()))
+		_, err = tl.Accept()
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded, "-x %s: the client connected", c.x)
+		tl.Close()
+	}
+	// -x 1 is the device's address, as with rxe.
+	srv, _ := runPerfPair(t, "write", "-x", "1", "-n", "5", "-s", "64")
+	require.Contains(t, srv.out, "RDMA_Write BW Test")
 }

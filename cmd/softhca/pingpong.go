@@ -38,7 +38,9 @@ work; options may follow host):
   -n, --iters=<iters>    number of exchanges (default 1000)
   -l, --sl=<sl>          service level value (default 0)
   -e, --events           sleep on CQ events (default poll)
-  -g, --gid-idx=<gid index> local port gid index
+  -g, --gid-idx=<gid index> local port gid index (1: the device's IP address;
+                         0 is the link-local fe80:: GID, which no socket is
+                         bound to here, and the others are empty: both fail)
   -c, --chk              validate received buffer (softhca checks every byte of
                          every message on both sides and exits 1 on bad data;
                          rdma-core checks the first byte of each page, at the

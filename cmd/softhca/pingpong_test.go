@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -392,4 +394,163 @@ func TestPingpongPcapUnwritable(t *testing.T) {
 	require.Equal(t, exitFailure, code)
 	require.Empty(t, stdout)
 	require.Equal(t, "softhca pingpong: -w: open "+path+": no such file or directory\n", stderr)
+}
+
+// noAccept is a listener the server must not use: Accept fails at once
+// (a server that waited for a client would otherwise wait forever).
+type noAccept struct{ accepts int }
+
+func (l *noAccept) Accept() (net.Conn, error) {
+	l.accepts++
+	return nil, errors.New("the server waited for a client")
+}
+
+func (l *noAccept) Close() error { return nil }
+
+func (l *noAccept) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
+
+// A GID index the device has no GID at fails at once, before the server
+// waits for a client or the client connects, with rdma-core's message for
+// an index it cannot read; index 0, the link-local GID, says why it
+// cannot carry traffic here. (-g 5 used to send an all-zero GID, which
+// the peer blamed: "the peer sent no GID".)
+func TestPingpongGIDIndex(t *testing.T) {
+	noGID := func(idx int) string {
+		return fmt.Sprintf("softhca0 port 1 has no GID at index %d: it has index 0, the link-local fe80:: GID, and index 1, the device's IP address; use -g 1\n", idx)
+	}
+	linkLocal := "-g 0: GID index 0 is the link-local GID (fe80::/64 with the interface identifier made from the node GUID, as rxe puts it there); " +
+		"softhca0's UDP socket is bound to the device's IP address, not to it, so it cannot carry RoCEv2 traffic here: use -g 1, the device's IP address\n"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rc", "-g", "5"}, "can't read sgid of index 5: " + noGID(5)},
+		{[]string{"uc", "-g", "2"}, "can't read sgid of index 2: " + noGID(2)},
+		{[]string{"ud", "-g", "5"}, "Could not get local gid for gid index 5: " + noGID(5)},
+		{[]string{"srq", "-g", "1023"}, "Could not get local gid for gid index 1023: " + noGID(1023)},
+		{[]string{"rc", "-g", "2000"}, "can't read sgid of index 2000: " + noGID(2000)},
+		{[]string{"rc", "-g", "0"}, linkLocal},
+		{[]string{"ud", "-g0"}, linkLocal},
+	} {
+		t.Run(fmt.Sprint(c.args), func(t *testing.T) {
+			// As the server.
+			ln := &noAccept{}
+			var out, errb bytes.Buffer
+			code := pingpongMain(context.Background(), c.args, &out, &errb, func(cfg *pingpong.Config) { cfg.Listener = ln })
+			require.Equal(t, exitFailure, code)
+			require.Equal(t, c.want, errb.String())
+			require.Empty(t, out.String(), "no device, no address line")
+			require.Zero(t, ln.accepts)
+
+			// As the client: no connection to the server.
+			tl, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer tl.Close()
+			port := strconv.Itoa(tl.Addr().(*net.TCPAddr).Port)
+			out.Reset()
+			errb.Reset()
+			code = pingpongMain(context.Background(), append(c.args, "-p", port, "127.0.0.1"), &out, &errb, nil)
+			require.Equal(t, exitFailure, code)
+			require.Equal(t, c.want, errb.String())
+			// A client that had connected would be in the accept queue
+			// by now: Dial returns after the handshake.
+			require.NoError(t, tl.(*net.TCPListener).SetDeadline(time.Now()))
+			_, err = tl.Accept()
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the client connected")
+		})
+	}
+}
+
+// A peer (rdma-core on rxe with -g 0, say) that sends its link-local
+// fe80:: GID cannot be reached from the device's socket: the server
+// fails before it answers, the client before it sends "done", so that
+// neither side is left waiting. Over IPv6 the address family is the same
+// and the QP would connect: the server used to answer, and then wait for
+// packets the client could never send it.
+func TestPingpongPeerLinkLocalGID(t *testing.T) {
+	ll := gidOf("fe80::7fff:fe00:1")
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
+		t.Run("server/"+addr, func(t *testing.T) {
+			if strings.HasPrefix(addr, "[") {
+				skipWithoutIPv6(t)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			done := make(chan struct{})
+			var code int
+			var out, errb bytes.Buffer
+			go func() {
+				defer close(done)
+				code = pingpongMain(context.Background(), []string{"rc", "-g", "1", "--addr", addr}, &out, &errb,
+					func(c *pingpong.Config) { c.Listener = ln })
+			}()
+			conn, err := net.Dial("tcp", ln.Addr().String())
+			require.NoError(t, err)
+			defer conn.Close()
+			m := pingpong.Dest{QPN: 0x11, PSN: 1, GID: ll}.Message()
+			_, err = conn.Write(m[:])
+			require.NoError(t, err)
+			n, err := io.ReadFull(conn, m[:])
+			require.Zero(t, n, "the server answered a GID it cannot reach")
+			require.ErrorIs(t, err, io.EOF)
+			<-done
+			require.Equal(t, exitFailure, code)
+			require.Contains(t, errb.String(), "Failed to modify QP to RTR: the peer sent GID fe80::7fff:fe00:1, a link-local fe80:: GID (index 0 on rxe and softhca, made from the node GUID): this device's UDP socket on ")
+			require.Contains(t, errb.String(), "the peer needs -g with its IP address's GID index (1 on softhca, and on rxe with one IPv4 address)\nCouldn't connect to remote QP\n")
+		})
+		t.Run("client/"+addr, func(t *testing.T) {
+			if strings.HasPrefix(addr, "[") {
+				skipWithoutIPv6(t)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer ln.Close()
+			// The scripted server: it answers with the link-local GID and
+			// reads what follows. A client that sent "done" would then
+			// wait for packets that cannot come: the server stops it.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			got := make(chan []byte, 1)
+			go func() {
+				defer close(got)
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				var m [pingpong.MsgSize]byte
+				if _, err := io.ReadFull(conn, m[:]); err != nil {
+					return
+				}
+				a := pingpong.Dest{QPN: 0x11, PSN: 1, GID: ll}.Message()
+				conn.Write(a[:])
+				n, _ := io.ReadFull(conn, m[:len(pingpong.Done)])
+				if n > 0 {
+					cancel()
+				}
+				got <- m[:n]
+			}()
+			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+			var out, errb bytes.Buffer
+			code := pingpongMain(ctx, []string{"rc", "-g", "1", "--addr", addr, "-p", port, "127.0.0.1"}, &out, &errb, nil)
+			require.Equal(t, exitFailure, code)
+			require.Contains(t, out.String(), "  remote address: LID 0x0000, QPN 0x000011, PSN 0x000001, GID fe80::7fff:fe00:1\n")
+			require.Contains(t, errb.String(), "Failed to modify QP to RTR: the peer sent GID fe80::7fff:fe00:1, a link-local fe80:: GID")
+			require.NotContains(t, errb.String(), "Couldn't connect to remote QP", "rdma-core's client prints only the failed step")
+			require.Empty(t, <-got, `the client sent "done" although it could not connect`)
+		})
+	}
+}
+
+// gidOf is the GID of an IP address.
+func gidOf(s string) verbs.GID { return verbs.GIDFromAddr(netip.MustParseAddr(s)) }
+
+// skipWithoutIPv6 skips a test on a machine without IPv6 loopback.
+func skipWithoutIPv6(t *testing.T) {
+	t.Helper()
+	c, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Skipf("no IPv6 loopback (::1) here: %v", err)
+	}
+	c.Close()
 }
