@@ -20,6 +20,11 @@ and ICRC-checked by softhca's wire package, then a summary per file and,
 for several files, a total. Frames that fail to parse end in "DROP <reason>".
 pcap (Ethernet, raw IP, Linux cooked, loopback) and pcapng are read.
 
+A capture on loopback (tcpdump -i lo) shows what softhca sends with UDP GSO
+before the kernel splits it: several RoCEv2 packets back to back in one
+datagram. decode recognises such a GSO super-datagram and prints each of
+its packets on a line of its own, marked "gso K/N".
+
 Exit status: 0 if every RoCEv2 packet is good, 1 if any was dropped,
 2 on usage errors or unreadable files.
 
@@ -77,6 +82,9 @@ type decodeCounts struct {
 	ok     int // RoCEv2 packets that parsed, ICRC included
 	bad    int // RoCEv2 packets wire.Parse dropped
 	other  int // frames that are not RoCEv2
+	// gso counts the datagrams that were GSO super-datagrams, gsoPackets
+	// the packets they held (counted in ok and bad one by one).
+	gso, gsoPackets int
 }
 
 func (c *decodeCounts) add(o decodeCounts) {
@@ -85,13 +93,21 @@ func (c *decodeCounts) add(o decodeCounts) {
 	c.ok += o.ok
 	c.bad += o.bad
 	c.other += o.other
+	c.gso += o.gso
+	c.gsoPackets += o.gsoPackets
 }
 
 // String is the body of the summary lines, e.g. "50 packets, 50 RoCEv2,
-// 50 ok, 0 bad, 0 not RoCEv2".
+// 50 ok, 0 bad, 0 not RoCEv2", or with GSO super-datagrams "10 packets,
+// 10 RoCEv2 (4 GSO super-datagrams of 10 packets), 16 ok, 0 bad, 0 not
+// RoCEv2".
 func (c decodeCounts) String() string {
-	return fmt.Sprintf("%d packets, %d RoCEv2, %d ok, %d bad, %d not RoCEv2",
-		c.frames, c.roce, c.ok, c.bad, c.other)
+	gso := ""
+	if c.gso > 0 {
+		gso = fmt.Sprintf(" (%d GSO super-datagrams of %d packets)", c.gso, c.gsoPackets)
+	}
+	return fmt.Sprintf("%d packets, %d RoCEv2%s, %d ok, %d bad, %d not RoCEv2",
+		c.frames, c.roce, gso, c.ok, c.bad, c.other)
 }
 
 // decoder prints the frames of capture files.
@@ -168,6 +184,42 @@ func (d *decoder) decodeFrame(c *decodeCounts, fr *frame, rel time.Duration) {
 	fmt.Fprintf(b, "%s -> %s: ", dg.src, dg.dst)
 	p := &d.pkt
 	r := wire.Parse(ip, p)
+	if segs := gsoSegments(ip, p, r); segs != nil {
+		c.gso++
+		c.gsoPackets += len(segs)
+		prefix := b.String()
+		hdr := p.Net.IPHeaderSize() + wire.UDPHeaderSize
+		for k, seg := range segs {
+			b.Reset()
+			fmt.Fprintf(b, "%sgso %d/%d ", prefix, k+1, len(segs))
+			r := wire.Parse(seg, p)
+			d.result(c, p, r, seg[hdr:], fr)
+		}
+		return
+	}
+	d.result(c, p, r, dg.payload, fr)
+}
+
+// gsoSegments returns the packets of a GSO super-datagram (splitGSO),
+// given what wire.Parse made of it, or nil when it is not one. Only a
+// datagram whose IP and UDP headers parsed but whose InfiniBand packet
+// did not can be one: its BTH is the first packet's, its length and the
+// ICRC at its end are not.
+func gsoSegments(ip []byte, p *wire.Packet, r wire.DropReason) [][]byte {
+	switch r {
+	case wire.DropBadICRC, wire.DropPayloadNotAllowed, wire.DropBadPayloadLength, wire.DropBadPad:
+		return splitGSO(ip, &p.Net)
+	default:
+		return nil
+	}
+}
+
+// result counts one RoCEv2 packet that wire.Parse parsed into p with the
+// result r, and prints it after the start of its line in d.line. payload
+// is the packet's UDP payload, for showing the BTH of a packet whose
+// headers did not parse.
+func (d *decoder) result(c *decodeCounts, p *wire.Packet, r wire.DropReason, payload []byte, fr *frame) {
+	b := &d.line
 	switch r {
 	case wire.DropNone:
 		c.ok++
@@ -186,10 +238,10 @@ func (d *decoder) decodeFrame(c *decodeCounts, fr *frame, rel time.Duration) {
 		fmt.Fprintf(b, " icrc BAD (stored 0x%08x, computed 0x%08x)", p.ICRC, wire.ICRC(&p.Net, p.Raw[:end]))
 		fmt.Fprintf(b, " DROP %s", r)
 	default:
-		// p may hold nothing of this frame: show the BTH if it is there.
+		// p may hold nothing of this packet: show the BTH if it is there.
 		c.bad++
-		if len(dg.payload) >= wire.BTHSize {
-			d.bth(wire.BTH(dg.payload[:wire.BTHSize]))
+		if len(payload) >= wire.BTHSize {
+			d.bth(wire.BTH(payload[:wire.BTHSize]))
 			b.WriteByte(' ')
 		}
 		if fr.origLen > len(fr.data) {

@@ -88,6 +88,12 @@ func writePcap(t *testing.T, name string, lt layers.LinkType, recs []rec) string
 	return writeFile(t, name, buf.Bytes())
 }
 
+// writeEtherPcap is writePcap with the Ethernet link type.
+func writeEtherPcap(t *testing.T, name string, recs []rec) string {
+	t.Helper()
+	return writePcap(t, name, layers.LinkTypeEthernet, recs)
+}
+
 func writeFile(t *testing.T, name string, b []byte) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)

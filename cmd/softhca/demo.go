@@ -507,7 +507,7 @@ func (s *demoSide) setup() error {
 func (d *demo) connect() error {
 	for _, p := range [][2]*demoSide{{d.a, d.b}, {d.b, d.a}} {
 		me, peer := p[0], p[1]
-		gid, err := peer.dev.QueryGID(1, 1) // GID 1: the peer's IPv4 address
+		gid, err := peer.dev.QueryGID(1, 1) // GID 1: the peer's IP address
 		if err != nil {
 			return err
 		}
@@ -840,18 +840,66 @@ func (d *demo) stepUDSend() error {
 	}, []wantWC{{a, 6, verbs.WCSend, -1}, {b, 6, verbs.WCRecv, grhArea + len(msg)}}, []string{
 		"No ACK: UD is unreliable; a lost datagram is simply gone, and A's completion",
 		"only means the packet was sent.",
-		"GRH: B's buffer starts with 40 bytes for the Global Route Header (here 20 zeros + A's IPv4 header): byte_len = 40 + 13.",
+		fmt.Sprintf("GRH: B's buffer starts with %d bytes for the Global Route Header, so byte_len = %d + %d.", grhArea, grhArea, len(msg)),
+		grhAreaNote(a.local.Src),
 	})
 	if err != nil {
 		return err
 	}
-	grh := b.buf[offUD : offUD+grhArea]
-	src := netip.AddrFrom4([4]byte(grh[32:36]))
-	d.printf("  B's GRH area names the sender %s\n", src)
-	if src != a.local.Src || !bytes.Equal(grh[:20], make([]byte, 20)) {
-		return fmt.Errorf("GRH area % x does not hold A's IPv4 header after 20 zero bytes", grh)
+	src, hops, err := checkGRHArea(b.buf[offUD:offUD+grhArea], a.local.Src, b.local.Src)
+	if err != nil {
+		return err
 	}
+	hop := "hop limit"
+	if src.Is4() {
+		hop = "TTL"
+	}
+	d.printf("  B's GRH area names the sender %s; the packet arrived with %s %d\n", src, hop, hops)
 	return d.checkBytes("B's", b.buf[offUD+grhArea:offUD+grhArea+len(msg)], msg)
+}
+
+// grhAreaNote says what RoCEv2 puts in a UD receive's GRH area for
+// packets from src, as rxe does: RoCEv2 has no GRH on the wire, the IP
+// header takes its place.
+func grhAreaNote(src netip.Addr) string {
+	if src.Is4() {
+		return "RoCEv2 over IPv4 has no GRH: the area holds 20 zero bytes and then the packet's IPv4 header."
+	}
+	return "RoCEv2 over IPv6 has no GRH: the area holds the packet's IPv6 header, which has the GRH's layout."
+}
+
+// checkGRHArea checks the GRH area of a UD receive of a packet from src
+// to dst: for IPv4, 20 zero bytes and the IPv4 header; for IPv6, the
+// IPv6 header (rxe's layout). The header must say UDP, name the two
+// addresses and carry the TTL or hop limit the packet arrived with, which
+// is never 0 (ibv_init_ah_from_wc copies it into a reply's address). It
+// returns the source address and the hop limit found there.
+func checkGRHArea(grh []byte, src, dst netip.Addr) (netip.Addr, uint8, error) {
+	var gotSrc, gotDst netip.Addr
+	var proto, hops uint8
+	if src.Is4() {
+		if !bytes.Equal(grh[:20], make([]byte, 20)) || grh[20] != 0x45 {
+			return netip.Addr{}, 0, fmt.Errorf("GRH area % x does not hold 20 zero bytes and an IPv4 header", grh)
+		}
+		ip := grh[20:]
+		hops, proto = ip[8], ip[9]
+		gotSrc, gotDst = netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
+	} else {
+		if grh[0]>>4 != 6 {
+			return netip.Addr{}, 0, fmt.Errorf("GRH area % x does not hold an IPv6 header", grh)
+		}
+		proto, hops = grh[6], grh[7]
+		gotSrc, gotDst = netip.AddrFrom16([16]byte(grh[8:24])), netip.AddrFrom16([16]byte(grh[24:40]))
+	}
+	switch {
+	case proto != 17:
+		return gotSrc, hops, fmt.Errorf("GRH area % x: the IP header's protocol is %d, not UDP (17)", grh, proto)
+	case gotSrc != src || gotDst != dst:
+		return gotSrc, hops, fmt.Errorf("GRH area % x names %s -> %s, not A's packet %s -> %s", grh, gotSrc, gotDst, src, dst)
+	case hops == 0:
+		return gotSrc, hops, fmt.Errorf("GRH area % x: hop limit 0, not the one the packet arrived with", grh)
+	}
+	return gotSrc, hops, nil
 }
 
 // lossyLink drops the packets the ladder's trace hook chose to lose

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,6 +139,72 @@ func TestDemo(t *testing.T) {
 	ladder := regexp.MustCompile(`(?m)^ +\d+\.\d{3} ms  A (?:->|<-) B  (.*)$`).FindAllStringSubmatch(out, -1)
 	for i, p := range pkts {
 		require.Equal(t, ladder[i][1], p.Nodes[0].Text, "packet %d", i+1)
+	}
+}
+
+// TestDemoIPv6 runs the demo over IPv6 loopback. UD's GRH area then holds
+// the IPv6 header itself (the demo used to check for 20 zero bytes and an
+// IPv4 header, and failed step 6), with the hop limit the packet arrived
+// with (it was 0 before link/udp reported it).
+func TestDemoIPv6(t *testing.T) {
+	t.Parallel()
+	if c, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback}); err != nil {
+		t.Skipf("no IPv6 loopback (::1) here: %v", err)
+	} else {
+		c.Close()
+	}
+	out := runDemoOK(t, "-port", "0", "-addrs", "::1,::1")
+	require.Contains(t, out, "  A: ::1 port ")
+	require.Contains(t, out, "GRH: B's buffer starts with 40 bytes for the Global Route Header, so byte_len = 40 + 13.\n"+
+		"  RoCEv2 over IPv6 has no GRH: the area holds the packet's IPv6 header, which has the GRH's layout.\n")
+	require.Regexp(t, `(?m)^  B's GRH area names the sender ::1; the packet arrived with hop limit [1-9]\d*$`, out)
+	require.NotContains(t, out, "IPv4")
+	require.NotContains(t, out, "icrc BAD")
+}
+
+// TestCheckGRHArea: the demo's check of the GRH area, on headers as rxe
+// lays them out and on the ones it must refuse.
+func TestCheckGRHArea(t *testing.T) {
+	a4, b4 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	a6, b6 := netip.MustParseAddr("::1"), netip.MustParseAddr("fe80::2")
+	area := func(src, dst netip.Addr, hops uint8) []byte {
+		n := wire.Net{Src: src, Dst: dst, SrcPort: 49152, DstPort: wire.RoCEv2Port, HopLimit: hops, DontFragment: true}
+		var h [wire.IPv6HeaderSize + wire.UDPHeaderSize]byte
+		wire.EncodeIPUDP(h[:], &n, 32)
+		grh := make([]byte, 40)
+		if src.Is4() {
+			copy(grh[20:], h[:wire.IPv4HeaderSize])
+		} else {
+			copy(grh, h[:wire.IPv6HeaderSize])
+		}
+		return grh
+	}
+	for _, c := range []struct {
+		src, dst netip.Addr
+		hops     uint8
+		grh      []byte
+		err      string
+	}{
+		{src: a4, dst: b4, hops: 64},
+		{src: a6, dst: b6, hops: 255},
+		{src: a6, dst: b6, hops: 0, err: "hop limit 0, not the one the packet arrived with"},
+		{src: a4, dst: b4, hops: 0, err: "hop limit 0"},
+		{src: a4, dst: b4, grh: area(a6, b6, 64), err: "does not hold 20 zero bytes and an IPv4 header"},
+		{src: a6, dst: b6, grh: area(a4, b4, 64), err: "does not hold an IPv6 header"},
+		{src: a6, dst: b6, grh: area(b6, a6, 64), err: "names fe80::2 -> ::1, not A's packet ::1 -> fe80::2"},
+	} {
+		grh := c.grh
+		if grh == nil {
+			grh = area(c.src, c.dst, c.hops)
+		}
+		src, hops, err := checkGRHArea(grh, c.src, c.dst)
+		if c.err != "" {
+			require.ErrorContains(t, err, c.err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, c.src, src)
+		require.Equal(t, c.hops, hops)
 	}
 }
 

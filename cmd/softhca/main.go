@@ -50,7 +50,12 @@
 // If the port is taken on 127.0.0.1/127.0.0.2 (by rdma_rxe, say), demo
 // tries 127.0.0.3/127.0.0.4 and 127.0.0.5/127.0.0.6 on the same port, then
 // free ports, and prints a note saying so; -port 0 asks for free ports and
-// -addrs A,B for other addresses. -pcap writes the packets that crossed
+// -addrs A,B for other addresses, IPv6 ones too (-port 0 -addrs ::1,::1).
+// The UD step shows what the 40-byte GRH area at the start of a UD
+// receive buffer holds, as rxe fills it: for IPv4, 20 zero bytes and the
+// packet's IPv4 header; for IPv6, the packet's IPv6 header itself (the
+// layout of a GRH); either way with the TTL or hop limit the packet
+// arrived with. -pcap writes the packets that crossed
 // the wire to a pcap file and prints the tshark command that shows them as
 // InfiniBand (on port 4791, decode reads the file too; it takes no other
 // port for RoCEv2). -svg draws the ladders of all the steps as one SVG
@@ -101,6 +106,23 @@
 // RoCEv2" and listed only with -v. After each file comes a summary line,
 // and after several files a total line.
 //
+// A capture on loopback (tcpdump -i lo) sees softhca's UDP GSO sends
+// before the kernel splits them: one datagram holding several RoCEv2
+// packets back to back, all of the segment size (the first packet's
+// length) but the last, which may be shorter. decode recognises such a
+// GSO super-datagram by finding the segment size at which the first
+// packet's ICRC verifies, and prints each packet on its own line, with
+// its place in the datagram ("gso 2/3") and, for IPv4, the
+// Identification the kernel gives that segment (the datagram's plus its
+// index, which the ICRC covers):
+//
+//	frame 4: 0.001502 127.0.0.2:4791 -> 127.0.0.1:4791: gso 1/2 RC Send Only qp=0x11 psn=10438426 ackreq len=100 icrc ok
+//	frame 4: 0.001502 127.0.0.2:4791 -> 127.0.0.1:4791: gso 2/2 RC Acknowledge qp=0x11 psn=8745029 aeth{ACK syn=0x1f msn=1} len=0 icrc ok
+//
+// The summary counts the datagrams as frames and each of their packets
+// as ok or bad. (pingpong's and perf's -w writes the packets one by one
+// from inside softhca, and their --no-gso sends them so.)
+//
 // The exit status is 0 when every RoCEv2 packet parsed and its ICRC
 // verified, 1 when any was dropped, and 2 on usage errors or files that
 // cannot be read.
@@ -109,7 +131,7 @@
 //
 //	softhca pingpong {rc|uc|ud|srq} [-p port] [-d dev] [-i port] [-s size] [-m mtu]
 //	        [-q num_qp] [-r rx_depth] [-n iters] [-l sl] [-e] [-g gid_idx] [-c]
-//	        [--addr ip[:port]] [--peer-port port] [--port-mtu mtu] [host]
+//	        [--addr ip[:port]] [--peer-port port] [--port-mtu mtu] [--no-gso] [-w file] [host]
 //
 // pingpong is one side of rdma-core's ping-pong examples: without host a
 // server that waits for a TCP connection on port 18515, with host a client
@@ -132,6 +154,32 @@
 // its QP to RTR, as on rxe). The exit status is 0 on success and 1 on any
 // failure or usage error, as rdma-core's.
 //
+// Index 0 holds the link-local fe80:: GID made from the node GUID, as on
+// rxe, but the device's socket is bound to its IP address only: -g 0
+// fails at once and says why, and so does an index where the device has
+// no GID, with rdma-core's "can't read sgid of index N" (rdma-core on rxe
+// reads an empty entry as an all-zero GID and sends that, so that the
+// peer cannot connect). A peer's GID the device cannot send to (a
+// link-local one, or of the other IP family) fails the connect with a
+// reason; the client connects before it sends "done" (rdma-core's sends
+// it first), so that a server whose client cannot connect fails too
+// instead of waiting forever for its first message.
+//
+// -w FILE (--pcap) writes every packet the device sends and receives to
+// a pcap file, from inside softhca (the device's Trace hook, as demo
+// -pcap): one Ethernet frame per RoCEv2 packet, with the IP and UDP
+// headers its ICRC covers, which Wireshark's InfiniBand dissector and
+// decode read; at the end a line on stderr says how many packets went
+// there and gives the tshark command that shows them.
+//
+// The device's UDP socket uses the kernel's segmentation offloads, UDP
+// GSO and GRO: a run of packets to the peer leaves as one super-datagram
+// that the kernel splits. A capture on loopback (tcpdump -i lo) sees it
+// before the split, several packets in one frame, which Wireshark shows
+// as one packet (decode splits it). --no-gso sends and receives one
+// datagram per packet, for tcpdump's sake; it costs throughput, and -w
+// needs no such help.
+//
 // # run, env
 //
 //	softhca run --addr IP [--port N] [--peer-port N] [--device NAME] [--mtu N]
@@ -148,7 +196,7 @@
 // # perf
 //
 //	softhca perf {send|write|read|atomic}[_bw|_lat] [perftest options]
-//	        [--addr ip[:port]] [--peer-port port] [--timeout d] [server]
+//	        [--addr ip[:port]] [--peer-port port] [--timeout d] [--no-gso] [-w file] [server]
 //
 // perf is one side of perftest's ib_send_bw, ib_write_bw, ib_read_bw,
 // ib_atomic_bw and their _lat variants ("softhca perf write" is
@@ -166,8 +214,14 @@
 // -t, -r, -Q, -u, -N, -F and --report_gbits; other perftest options are
 // refused by name. The device binds UDP port 4791 on this side's address
 // of the TCP connection (--addr chooses another, --peer-port the peer's
-// port) and GID index 1 is that address, as with rxe. The exit status is
-// 0 when the test ran, 1 when it failed and 2 on usage errors.
+// port) and GID index 1 is that address, as with rxe: -x 0 (the
+// link-local GID) and an index without a GID fail before the exchange
+// connection, and a peer's link-local GID before the QP is connected to
+// it. -w FILE writes the
+// device's packets to a pcap file and --no-gso turns the UDP segmentation
+// offloads off, as for pingpong; perftest's own -w (--limit_bw) is not
+// implemented, and a number after -w is refused as one. The exit status
+// is 0 when the test ran, 1 when it failed and 2 on usage errors.
 //
 // Progress, sweeps and plots are softhca's own additions:
 //

@@ -12,6 +12,7 @@ import (
 
 	"github.com/softhca/softhca/cmd/softhca/internal/perftest"
 	"github.com/softhca/softhca/cmd/softhca/internal/pingpong"
+	"github.com/softhca/softhca/wire"
 )
 
 const perfUsage = `usage: softhca perf TEST [OPTIONS] [SERVER]
@@ -33,7 +34,8 @@ perftest options (the same meaning, defaults and getopt syntax):
   -a, --all                every size from 2 to 2^23 bytes
   -n, --iters=N            iterations (5000 for write_bw, else 1000; at least 5)
   -m, --mtu=MTU            path MTU 256..4096 (at most the port's active MTU)
-  -x, --gid-index=N        GID index; softhca's address is GID 1
+  -x, --gid-index=N        GID index; softhca's address is GID 1 (GID 0 is the
+                           link-local fe80:: GID, no socket is bound to it)
   -d, --ib-dev=NAME        device name (softhca names its device so)
   -i, --ib-port=1          port (softhca has one)
   -A, --atomic_type=TYPE   CMP_AND_SWAP or FETCH_AND_ADD (atomic tests)
@@ -56,6 +58,13 @@ softhca options:
   --peer-port=PORT   the UDP port of the peer's device (4791)
   --timeout=DURATION give up after this long (default: never, as perftest)
   --stats            print the transport's counters (retransmissions, drops)
+  --no-gso           one UDP datagram per packet (no GSO/GRO offloads), so
+                     that tcpdump -i lo shows every packet as a frame of its
+                     own (with GSO it sees several in one datagram)
+  -w, --pcap=FILE    write every packet the device sends and receives to FILE
+                     (pcap, one frame per packet, for Wireshark's InfiniBand
+                     dissector and softhca decode); perftest's -w
+                     (--limit_bw) is not implemented
 
 Examples:
   server:  softhca perf write -s 4096
@@ -115,9 +124,17 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
 		return exitUsage
 	}
+	cfg := perftest.Config{Options: o, Stdout: stdout, Stderr: stderr, Listening: perfListening, DeviceRate: rate, BusyPoll: busy}
+	var pf *pcapFile
+	if o.PcapFile != "" {
+		if pf, err = createPcapFile(o.PcapFile); err != nil {
+			fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
+			return exitUsage
+		}
+		cfg.Trace = pf.trace
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := perftest.Config{Options: o, Stdout: stdout, Stderr: stderr, Listening: perfListening, DeviceRate: rate, BusyPoll: busy}
 	extras, err := startPerfExtras(o, &cfg, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
@@ -134,9 +151,26 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		// The same counters, in the same format, as pingpong writes.
 		_ = os.WriteFile(f, pingpong.StatsJSON(res.Stats), 0o644)
 	}
+	status := exitOK
 	if err != nil {
 		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
-		return exitFailure
+		status = exitFailure
 	}
-	return exitOK
+	if pf != nil {
+		// Run has closed the device: no packet is traced any more.
+		n, err := pf.close()
+		if err != nil {
+			fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
+			return exitFailure
+		}
+		local, peer := o.Addr.Port(), o.PeerPort
+		if local == 0 {
+			local = wire.RoCEv2Port
+		}
+		if peer == 0 {
+			peer = wire.RoCEv2Port
+		}
+		fmt.Fprintf(stderr, "softhca perf %s: %s\n", test, pf.note(n, local, peer))
+	}
+	return status
 }

@@ -9,12 +9,15 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -67,8 +70,8 @@ func runPerfPair(t *testing.T, test string, args ...string) (server, client perf
 	return runPerfPairSides(t, test, nil, nil, args...)
 }
 
-// runPerfPairSides is runPerfPair with more arguments for the server
-// and for the client.
+// runPerfPairSides is runPerfPair with serverArgs for the server only and
+// clientArgs for the client only.
 func runPerfPairSides(t *testing.T, test string, serverArgs, clientArgs []string, args ...string) (server, client perfRun) {
 	t.Helper()
 	ip, sa, ca := perfAddrs(t)
@@ -240,4 +243,116 @@ func TestPerfUsage(t *testing.T) {
 	var out bytes.Buffer
 	require.Equal(t, exitOK, runPerf([]string{"read", "-V"}, &out, &out))
 	require.Contains(t, out.String(), "perftest 4.5-0.17 (version 6.06)")
+}
+
+// -w writes every packet the device sends and receives, one frame per
+// packet although the link sends with GSO; decode (when the devices are
+// on port 4791, the only one it takes for RoCEv2) and tshark read them.
+// perftest's -w is --limit_bw, a number: refused, not taken as a file.
+func TestPerfPcap(t *testing.T) {
+	dir := t.TempDir()
+	sf, cf := filepath.Join(dir, "server.pcap"), filepath.Join(dir, "client.pcap")
+	srv, cli := runPerfPairSides(t, "write", []string{"-w", sf}, []string{"--pcap", cf}, "-n", "20", "-s", "8192", "-m", "1024")
+	noteRE := regexp.MustCompile(`(?m)^softhca perf ib_write_bw: wrote (\d+) packets to (\S+); look at them with: (tshark -r \S+( -d udp.port==\d+,infiniband)+)( or softhca decode (\S+))?$`)
+	for _, s := range []struct {
+		file string
+		r    perfRun
+	}{{sf, srv}, {cf, cli}} {
+		m := noteRE.FindStringSubmatch(s.r.err)
+		require.NotNil(t, m, "stderr: %q", s.r.err)
+		require.Equal(t, s.file, m[2])
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		// 20 WRITEs of 8 packets, and the ACKs (at least one).
+		require.Greater(t, n, 20*8)
+		require.Equal(t, s.r.res.Stats.TxPackets+s.r.res.Stats.RxPackets, uint64(n), "every packet sent and received, once")
+		if m[6] != "" {
+			code, stdout, _ := runCmd(t, "decode", s.file)
+			require.Equal(t, exitOK, code, stdout)
+			require.NotContains(t, stdout, " gso ")
+			require.Contains(t, stdout, fmt.Sprintf(": %d packets, %d RoCEv2, %d ok, 0 bad, 0 not RoCEv2\n", n, n, n))
+		}
+		tshark := tsharkPath(t)
+		args := append(strings.Fields(m[3])[1:], "-T", "fields", "-e", "infiniband.bth.opcode")
+		var stderr bytes.Buffer
+		cmd := exec.Command(tshark, args...)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		require.NoError(t, err, "%s", stderr.String())
+		ops := lines(string(out))
+		require.Len(t, ops, n)
+		for _, op := range ops {
+			// RDMA WRITE First, Middle, Last (the client sends) and
+			// Acknowledge (the server sends).
+			require.Contains(t, []string{"6", "7", "8", "17"}, op)
+		}
+	}
+}
+
+func TestPerfPcapArgs(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"write", "-w", "10"}, `-w 10: softhca perf's -w writes the packets to a pcap file, and "10" looks like a bandwidth for perftest's -w (--limit_bw)`},
+		{[]string{"write", "-w", ""}, "-w: no file name"},
+		{[]string{"write", "--limit_bw", "10"}, "not supported by softhca perf: --limit_bw"},
+		{[]string{"write", "-w", filepath.Join(t.TempDir(), "no", "dir", "x.pcap")}, "-w: open "},
+	} {
+		var out, errb bytes.Buffer
+		code := runPerf(c.args, &out, &errb)
+		require.Equal(t, exitUsage, code, "%v: %s", c.args, errb.String())
+		require.Contains(t, errb.String(), c.stderr, "%v", c.args)
+		require.NotContains(t, out.String(), "Waiting for client", "fails before listening")
+	}
+}
+
+// A -x the device cannot use fails at once: the server before it listens,
+// the client before it connects. (-x 5 used to be found only after the
+// exchange had begun, and -x 0 likewise.)
+func TestPerfGIDIndex(t *testing.T) {
+	listened := false
+	perfListening = func(a net.Addr) {
+		// A server that listens waits for a client: give it one that
+		// leaves at once, so that it ends.
+		listened = true
+		if c, err := net.Dial("tcp", a.String()); err == nil {
+			c.Close()
+		}
+	}
+	defer func() { perfListening = nil }()
+	for _, c := range []struct {
+		x    string
+		want string
+	}{
+		{"5", "softhca perf ib_write_bw: -x 5: the device has no GID at index 5: its port has index 0, the link-local fe80:: GID, and index 1, the device's IP address; use -x 1 (or no -x)\n"},
+		{"1023", "-x 1023: the device has no GID at index 1023"},
+		{"0", "softhca perf ib_write_bw: -x 0: GID index 0 is the link-local GID (fe80::/64 with the interface identifier made from the node GUID, as rxe puts it there); " +
+			"the device's UDP socket is bound to its IP address, not to it, so it cannot carry RoCEv2 traffic here: use -x 1 (or no -x), the device's IP address\n"},
+	} {
+		listened = false
+		var out, errb bytes.Buffer
+		code := runPerf([]string{"write", "-x", c.x, "-p", "0"}, &out, &errb)
+		require.Equal(t, exitFailure, code)
+		require.Contains(t, errb.String(), c.want)
+		require.False(t, listened, "-x %s: the server listened", c.x)
+		require.NotContains(t, out.String(), "Waiting for client")
+
+		tl, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		out.Reset()
+		errb.Reset()
+		code = runPerf([]string{"write", "-x", c.x, "-p", fmt.Sprint(tl.Addr().(*net.TCPAddr).Port), "127.0.0.1"}, &out, &errb)
+		require.Equal(t, exitFailure, code)
+		require.Contains(t, errb.String(), c.want)
+		// A client that had connected would be in the accept queue by
+		// now: Dial returns after the handshake.
+		require.NoError(t, tl.(*net.TCPListener).SetDeadline(time.Now()))
+		_, err = tl.Accept()
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded, "-x %s: the client connected", c.x)
+		tl.Close()
+	}
+	// -x 1 is the device's address, as with rxe.
+	srv, _ := runPerfPair(t, "write", "-x", "1", "-n", "5", "-s", "64")
+	require.Contains(t, srv.out, "RDMA_Write BW Test")
 }

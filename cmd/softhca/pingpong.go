@@ -38,7 +38,9 @@ work; options may follow host):
   -n, --iters=<iters>    number of exchanges (default 1000)
   -l, --sl=<sl>          service level value (default 0)
   -e, --events           sleep on CQ events (default poll)
-  -g, --gid-idx=<gid index> local port gid index
+  -g, --gid-idx=<gid index> local port gid index (1: the device's IP address;
+                         0 is the link-local fe80:: GID, which no socket is
+                         bound to here, and the others are empty: both fail)
   -c, --chk              validate received buffer (softhca checks every byte of
                          every message on both sides and exits 1 on bad data;
                          rdma-core checks the first byte of each page, at the
@@ -49,11 +51,17 @@ work; options may follow host):
   -N, --new_send         use new post send WR API (rc; softhca posts as usual)
 
 softhca's choices (rdma-core finds them in the kernel):
+  -w, --pcap=<file>      write every packet the device sends and receives to
+                         <file> (pcap, one frame per packet, as Wireshark's
+                         InfiniBand dissector and softhca decode read it)
   --addr=<ip>[:<port>]   the device's UDP address (default: this side's address
                          of the TCP connection, port 4791)
   --peer-port=<port>     UDP port of the peer's device (default 4791)
   --port-mtu=<size>      the port's active MTU, UD's message limit (default: the
                          interface's MTU less 80, rounded down, as rxe)
+  --no-gso               one UDP datagram per packet (no GSO/GRO offloads), so
+                         that tcpdump -i lo shows every packet as a frame of
+                         its own (with GSO it sees several in one datagram)
 
 Exit status: 0 on success; 1 on any failure or bad usage, as rdma-core.
 With SOFTHCA_STATS=<file> in the environment, the device's transport
@@ -69,13 +77,21 @@ type pingpongOpt struct {
 	modes []pingpong.Mode
 	// softhca marks softhca's own options, which also take one dash.
 	softhca bool
-	set     func(c *pingpong.Config, v string) error
+	set     func(c *pingpongArgs, v string) error
+}
+
+// pingpongArgs is a parsed pingpong command line: the run's configuration
+// and what the command itself takes care of.
+type pingpongArgs struct {
+	pingpong.Config
+	// pcapFile (-w) receives every packet the device sends and receives.
+	pcapFile string
 }
 
 // pingpongOpts are the options of every mode; each mode accepts those
 // its rdma-core tool has.
 var pingpongOpts = []pingpongOpt{
-	{short: 'p', long: "port", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 'p', long: "port", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, false)
 		if err != nil || n > 65535 {
 			return badValue(v, err, "a TCP port (0..65535)")
@@ -83,8 +99,8 @@ var pingpongOpts = []pingpongOpt{
 		c.Port = int(n)
 		return nil
 	}},
-	{short: 'd', long: "ib-dev", arg: true, set: func(c *pingpong.Config, v string) error { c.IBDev = v; return nil }},
-	{short: 'i', long: "ib-port", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 'd', long: "ib-dev", arg: true, set: func(c *pingpongArgs, v string) error { c.IBDev = v; return nil }},
+	{short: 'i', long: "ib-port", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, true)
 		if err != nil || n < 1 || n > 255 {
 			return badValue(v, err, "a port number (1..255)")
@@ -92,7 +108,7 @@ var pingpongOpts = []pingpongOpt{
 		c.IBPort = int(n)
 		return nil
 	}},
-	{short: 's', long: "size", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 's', long: "size", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, false)
 		if err != nil || n > 1<<31 || (c.Mode == pingpong.SRQ && n < 1) {
 			least := 0
@@ -104,7 +120,7 @@ var pingpongOpts = []pingpongOpt{
 		c.Size = uint32(n)
 		return nil
 	}},
-	{short: 'm', long: "mtu", arg: true, modes: []pingpong.Mode{pingpong.RC, pingpong.UC, pingpong.SRQ}, set: func(c *pingpong.Config, v string) error {
+	{short: 'm', long: "mtu", arg: true, modes: []pingpong.Mode{pingpong.RC, pingpong.UC, pingpong.SRQ}, set: func(c *pingpongArgs, v string) error {
 		m, err := mtuValue(v)
 		if err != nil {
 			return err
@@ -112,7 +128,7 @@ var pingpongOpts = []pingpongOpt{
 		c.MTU = m
 		return nil
 	}},
-	{short: 'q', long: "num-qp", arg: true, modes: []pingpong.Mode{pingpong.SRQ}, set: func(c *pingpong.Config, v string) error {
+	{short: 'q', long: "num-qp", arg: true, modes: []pingpong.Mode{pingpong.SRQ}, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, false)
 		if err != nil || n > 1<<32-1 {
 			return badValue(v, err, "a number of QPs")
@@ -120,7 +136,7 @@ var pingpongOpts = []pingpongOpt{
 		c.NumQP = uint32(n)
 		return nil
 	}},
-	{short: 'r', long: "rx-depth", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 'r', long: "rx-depth", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, false)
 		if err != nil || n < 1 || n > 1<<20 {
 			return badValue(v, err, "a number of receives (1..1048576, the device's max_qp_wr)")
@@ -128,7 +144,7 @@ var pingpongOpts = []pingpongOpt{
 		c.RxDepth = uint32(n)
 		return nil
 	}},
-	{short: 'n', long: "iters", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 'n', long: "iters", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, false)
 		if err != nil || n > 1<<31-1 {
 			return badValue(v, err, "a number of iterations (0..2147483647)")
@@ -136,7 +152,7 @@ var pingpongOpts = []pingpongOpt{
 		c.Iters = uint32(n)
 		return nil
 	}},
-	{short: 'l', long: "sl", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 'l', long: "sl", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, true)
 		if err != nil || n < 0 || n > 15 {
 			return badValue(v, err, "a service level (0..15)")
@@ -144,8 +160,8 @@ var pingpongOpts = []pingpongOpt{
 		c.SL = uint8(n)
 		return nil
 	}},
-	{short: 'e', long: "events", set: func(c *pingpong.Config, _ string) error { c.Events = true; return nil }},
-	{short: 'g', long: "gid-idx", arg: true, set: func(c *pingpong.Config, v string) error {
+	{short: 'e', long: "events", set: func(c *pingpongArgs, _ string) error { c.Events = true; return nil }},
+	{short: 'g', long: "gid-idx", arg: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, true)
 		if err != nil || n > 1<<31-1 || n < -1<<31 {
 			return badValue(v, err, "a GID index")
@@ -153,18 +169,18 @@ var pingpongOpts = []pingpongOpt{
 		c.GIDIndex = int(n)
 		return nil
 	}},
-	{short: 'c', long: "chk", set: func(c *pingpong.Config, _ string) error { c.Validate = true; return nil }},
-	{short: 'o', long: "odp", modes: []pingpong.Mode{pingpong.RC, pingpong.SRQ}, set: func(c *pingpong.Config, _ string) error { c.Features.ODP = true; return nil }},
-	{short: 'O', long: "iodp", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpong.Config, _ string) error {
+	{short: 'c', long: "chk", set: func(c *pingpongArgs, _ string) error { c.Validate = true; return nil }},
+	{short: 'o', long: "odp", modes: []pingpong.Mode{pingpong.RC, pingpong.SRQ}, set: func(c *pingpongArgs, _ string) error { c.Features.ODP = true; return nil }},
+	{short: 'O', long: "iodp", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpongArgs, _ string) error {
 		c.Features.ODP, c.Features.ImplicitODP = true, true
 		return nil
 	}},
-	{short: 'P', long: "prefetch", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpong.Config, _ string) error { c.Features.Prefetch = true; return nil }},
-	{short: 't', long: "ts", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpong.Config, _ string) error { c.Features.Timestamps = true; return nil }},
-	{short: 'j', long: "dm", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpong.Config, _ string) error { c.Features.DM = true; return nil }},
-	{short: 'N', long: "new_send", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpong.Config, _ string) error { c.Features.NewSend = true; return nil }},
+	{short: 'P', long: "prefetch", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpongArgs, _ string) error { c.Features.Prefetch = true; return nil }},
+	{short: 't', long: "ts", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpongArgs, _ string) error { c.Features.Timestamps = true; return nil }},
+	{short: 'j', long: "dm", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpongArgs, _ string) error { c.Features.DM = true; return nil }},
+	{short: 'N', long: "new_send", modes: []pingpong.Mode{pingpong.RC}, set: func(c *pingpongArgs, _ string) error { c.Features.NewSend = true; return nil }},
 
-	{long: "addr", arg: true, softhca: true, set: func(c *pingpong.Config, v string) error {
+	{long: "addr", arg: true, softhca: true, set: func(c *pingpongArgs, v string) error {
 		ap, err := parseAddrPort(v)
 		if err != nil {
 			return err
@@ -172,7 +188,7 @@ var pingpongOpts = []pingpongOpt{
 		c.Addr = ap
 		return nil
 	}},
-	{long: "peer-port", arg: true, softhca: true, set: func(c *pingpong.Config, v string) error {
+	{long: "peer-port", arg: true, softhca: true, set: func(c *pingpongArgs, v string) error {
 		n, err := cNumber(v, false)
 		if err != nil || n < 1 || n > 65535 {
 			return badValue(v, err, "a UDP port (1..65535)")
@@ -180,12 +196,20 @@ var pingpongOpts = []pingpongOpt{
 		c.PeerPort = uint16(n)
 		return nil
 	}},
-	{long: "port-mtu", arg: true, softhca: true, set: func(c *pingpong.Config, v string) error {
+	{long: "port-mtu", arg: true, softhca: true, set: func(c *pingpongArgs, v string) error {
 		m, err := mtuValue(v)
 		if err != nil {
 			return err
 		}
 		c.PortMTU = m
+		return nil
+	}},
+	{long: "no-gso", softhca: true, set: func(c *pingpongArgs, _ string) error { c.NoGSO = true; return nil }},
+	{short: 'w', long: "pcap", arg: true, softhca: true, set: func(c *pingpongArgs, v string) error {
+		if v == "" {
+			return errors.New("no file name")
+		}
+		c.pcapFile = v
 		return nil
 	}},
 }
@@ -287,7 +311,7 @@ func parseAddrPort(v string) (netip.AddrPort, error) {
 // parsePingpongArgs parses the command line after "pingpong": the mode,
 // then getopt_long-style options and at most one host, in any order.
 // help reports -h/--help.
-func parsePingpongArgs(args []string) (cfg pingpong.Config, help bool, err error) {
+func parsePingpongArgs(args []string) (cfg pingpongArgs, help bool, err error) {
 	if len(args) == 0 {
 		return cfg, false, usagef("which pingpong? want rc, uc, ud or srq")
 	}
@@ -299,10 +323,10 @@ func parsePingpongArgs(args []string) (cfg pingpong.Config, help bool, err error
 	if !ok {
 		return cfg, false, usagef("unknown pingpong %q: want rc, uc, ud or srq", args[0])
 	}
-	cfg = pingpong.NewConfig(mode)
+	cfg.Config = pingpong.NewConfig(mode)
 	var hosts []string
 	lookupLong := func(name string, oneDash bool) (*pingpongOpt, error) {
-		var found []*pingpongOpt
+		var found, rdma []*pingpongOpt
 		for i := range pingpongOpts {
 			o := &pingpongOpts[i]
 			if !o.in(mode) || (oneDash && !o.softhca) {
@@ -313,13 +337,22 @@ func parsePingpongArgs(args []string) (cfg pingpong.Config, help bool, err error
 			}
 			if !oneDash && strings.HasPrefix(o.long, name) {
 				found = append(found, o) // getopt_long takes unambiguous prefixes
+				if !o.softhca {
+					rdma = append(rdma, o)
+				}
 			}
 		}
-		switch len(found) {
-		case 1:
+		switch {
+		case len(found) == 1:
 			return found[0], nil
-		case 0:
+		case len(found) == 0:
 			return nil, usagef("unrecognized option '--%s' for %s", name, mode)
+		case len(rdma) == 1:
+			// A prefix that is unambiguous among rdma-core's options
+			// means what it means to rdma-core ("--n" is --new_send, not
+			// --no-gso; "--po" is --port, not --port-mtu): softhca's
+			// own options need more letters.
+			return rdma[0], nil
 		}
 		return nil, usagef("option '--%s' is ambiguous", name)
 	}
@@ -425,16 +458,41 @@ func pingpongMain(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		fmt.Fprintf(stderr, "softhca pingpong: %v\n", err)
 		return exitFailure
 	}
-	if adjust != nil {
-		adjust(&cfg)
+	var pf *pcapFile
+	if cfg.pcapFile != "" {
+		if pf, err = createPcapFile(cfg.pcapFile); err != nil {
+			fmt.Fprintf(stderr, "softhca pingpong: %v\n", err)
+			return exitFailure
+		}
+		cfg.Trace = pf.trace
 	}
-	if err := pingpong.Run(ctx, cfg, stdout); err != nil {
+	if adjust != nil {
+		adjust(&cfg.Config)
+	}
+	status := exitOK
+	if err := pingpong.Run(ctx, cfg.Config, stdout); err != nil {
 		if errors.Is(err, pingpong.ErrInvalidData) {
 			fmt.Fprintf(stderr, "softhca pingpong %s: -c: the received data differs from what the peer sends\n", cfg.Mode)
 		} else {
 			fmt.Fprintln(stderr, err)
 		}
-		return exitFailure
+		status = exitFailure
 	}
-	return exitOK
+	if pf != nil {
+		// Run has closed the device: no packet is traced any more.
+		n, err := pf.close()
+		if err != nil {
+			fmt.Fprintf(stderr, "softhca pingpong: %v\n", err)
+			return exitFailure
+		}
+		local, peer := cfg.Addr.Port(), cfg.PeerPort
+		if local == 0 {
+			local = wire.RoCEv2Port
+		}
+		if peer == 0 {
+			peer = wire.RoCEv2Port
+		}
+		fmt.Fprintf(stderr, "softhca pingpong: %s\n", pf.note(n, local, peer))
+	}
+	return status
 }

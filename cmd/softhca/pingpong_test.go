@@ -5,11 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -48,6 +53,12 @@ func TestPingpongArgs(t *testing.T) {
 			c.Addr, c.PeerPort, c.PortMTU = netip.MustParseAddrPort("10.0.0.1:4791"), 5000, verbs.MTU4096
 		}},
 		{"addr with port", []string{"rc", "-addr", "[::1]:7000"}, func(c *pingpong.Config) { c.Addr = netip.MustParseAddrPort("[::1]:7000") }},
+		{"no gso", []string{"rc", "--no-gso"}, func(c *pingpong.Config) { c.NoGSO = true }},
+		{"no gso, one dash", []string{"rc", "-no-gso"}, func(c *pingpong.Config) { c.NoGSO = true }},
+		{"no gso, prefix", []string{"rc", "--no"}, func(c *pingpong.Config) { c.NoGSO = true }},
+		// Prefixes mean what they mean to rdma-core's getopt_long, which
+		// does not know softhca's options.
+		{"rdma-core prefix", []string{"rc", "--n", "--po=7"}, func(c *pingpong.Config) { c.Features.NewSend, c.Port = true, 7 }},
 		{"features", []string{"rc", "-oOPtjN"}, func(c *pingpong.Config) {
 			c.Features = pingpong.Features{ODP: true, ImplicitODP: true, Prefetch: true, Timestamps: true, DM: true, NewSend: true}
 		}},
@@ -58,8 +69,17 @@ func TestPingpongArgs(t *testing.T) {
 			require.False(t, help)
 			want := rc
 			tc.want(&want)
-			require.Equal(t, want, got)
+			require.Equal(t, want, got.Config)
+			require.Empty(t, got.pcapFile)
 		})
+	}
+
+	// -w FILE (--pcap, -pcap), in getopt's forms.
+	for _, args := range [][]string{{"rc", "-w", "x.pcap"}, {"rc", "-wx.pcap"}, {"rc", "-ew", "x.pcap"},
+		{"rc", "--pcap=x.pcap"}, {"rc", "--pc", "x.pcap"}, {"rc", "-pcap", "x.pcap"}} {
+		got, _, err := parsePingpongArgs(args)
+		require.NoError(t, err, args)
+		require.Equal(t, "x.pcap", got.pcapFile, args)
 	}
 
 	ud, _, err := parsePingpongArgs([]string{"ud"})
@@ -84,6 +104,11 @@ func TestPingpongArgErrors(t *testing.T) {
 		{[]string{"uc", "-o"}, "invalid option -- 'o' for uc"},
 		{[]string{"rc", "--frob"}, "unrecognized option '--frob' for rc"},
 		{[]string{"rc", "--i=1"}, "option '--i' is ambiguous"},
+		{[]string{"rc", "--p=1"}, "option '--p' is ambiguous"},
+		{[]string{"rc", "--no-gso=1"}, "option '--no-gso' doesn't allow an argument"},
+		{[]string{"rc", "-w"}, "option requires an argument -- 'w'"},
+		{[]string{"rc", "--pcap="}, "-w/--pcap: no file name"},
+		{[]string{"ud", "-N"}, "invalid option -- 'N' for ud"},
 		{[]string{"rc", "--events=1"}, "option '--events' doesn't allow an argument"},
 		{[]string{"rc", "--size"}, "option '--size' requires an argument"},
 		{[]string{"rc", "-s"}, "option requires an argument -- 's'"},
@@ -281,4 +306,251 @@ func TestPingpongInvalidData(t *testing.T) {
 	require.Equal(t, exitFailure, scode)
 	require.Contains(t, sout, " usec/iter\ninvalid data in page 0\n")
 	require.Equal(t, "softhca pingpong rc: -c: the received data differs from what the peer sends\n", serr)
+}
+
+// decodeFile runs softhca decode on path and returns its exit status and
+// the packet lines (without the summary line).
+func decodeFile(t *testing.T, path string) (int, []string, string) {
+	t.Helper()
+	code, stdout, stderr := runCmd(t, "decode", path)
+	require.Empty(t, stderr)
+	ls := lines(stdout)
+	return code, ls[:len(ls)-1], ls[len(ls)-1]
+}
+
+// -w writes every packet the device sends and receives, one frame per
+// packet although the link sends with GSO (4 KiB messages at MTU 1024:
+// runs of 4 packets), each with headers its ICRC verifies with; tshark
+// dissects them as InfiniBand.
+func TestPingpongPcap(t *testing.T) {
+	dir := t.TempDir()
+	sf, cf := filepath.Join(dir, "server.pcap"), filepath.Join(dir, "client.pcap")
+	args := []string{"-g", "1", "-n", "5", "-s", "4096", "-m", "1024"}
+	sout, serr, cout, cerr, scode, ccode := pingpongPair(t, "rc", append(args, "-w", sf), append(args, "--pcap="+cf), false)
+	require.Equal(t, exitOK, scode, "server:\n%s%s", sout, serr)
+	require.Equal(t, exitOK, ccode, "client:\n%s%s", cout, cerr)
+	for _, s := range []struct{ file, out, err string }{{sf, sout, serr}, {cf, cout, cerr}} {
+		m := regexp.MustCompile(`^softhca pingpong: wrote (\d+) packets to (\S+); look at them with: tshark -r (\S+) -d udp.port==4791,infiniband or softhca decode (\S+)\n$`).FindStringSubmatch(s.err)
+		require.NotNil(t, m, "stderr: %q", s.err)
+		require.Equal(t, []string{s.file, s.file, s.file}, m[2:])
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+
+		code, pkts, sum := decodeFile(t, s.file)
+		require.Equal(t, exitOK, code, "%s", strings.Join(pkts, "\n"))
+		require.Equal(t, fmt.Sprintf("%s: %d packets, %d RoCEv2, %d ok, 0 bad, 0 not RoCEv2", s.file, n, n, n), sum)
+		// Five messages of four packets each way, an ACK for each
+		// message each way; more if a timer fired on a busy machine.
+		require.GreaterOrEqual(t, n, 2*(5*4+5))
+		sent, received := 0, 0
+		var local string
+		for _, l := range pkts {
+			require.NotContains(t, l, " gso ", "one packet per frame")
+			require.True(t, strings.HasSuffix(l, " icrc ok"), l)
+			addrs := regexp.MustCompile(`^frame \d+: \S+ (\S+):4791 -> (\S+):4791: `).FindStringSubmatch(l)
+			require.NotNil(t, addrs, l)
+			if local == "" {
+				local = addrs[1] // the client sends first; the server receives first
+				if s.file == sf {
+					local = addrs[2]
+				}
+			}
+			switch local {
+			case addrs[1]:
+				sent++
+			case addrs[2]:
+				received++
+			default:
+				t.Fatalf("a packet neither from nor to %s: %s", local, l)
+			}
+		}
+		require.GreaterOrEqual(t, sent, 5*4+5, "sent packets in %s", s.file)
+		require.GreaterOrEqual(t, received, 5*4+5, "received packets in %s", s.file)
+	}
+
+	tshark := tsharkPath(t)
+	var stderr bytes.Buffer
+	cmd := exec.Command(tshark, "-r", sf, "-d", "udp.port==4791,infiniband", "-T", "fields", "-e", "infiniband.bth.opcode")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s", stderr.String())
+	ops := map[string]int{}
+	for _, op := range lines(string(out)) {
+		ops[op]++
+	}
+	// RC SEND First, Middle, Last and Acknowledge, nothing else.
+	require.GreaterOrEqual(t, ops["0"], 10, "%v", ops)
+	require.GreaterOrEqual(t, ops["1"], 20, "%v", ops)
+	require.GreaterOrEqual(t, ops["2"], 10, "%v", ops)
+	require.GreaterOrEqual(t, ops["17"], 10, "%v", ops)
+	require.Len(t, ops, 4, "%v", ops)
+}
+
+// A -w file that cannot be created fails the command at once, before any
+// connection.
+func TestPingpongPcapUnwritable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "no", "such", "dir", "x.pcap")
+	code, stdout, stderr := runCmd(t, "pingpong", "rc", "-g", "1", "-w", path)
+	require.Equal(t, exitFailure, code)
+	require.Empty(t, stdout)
+	require.Equal(t, "softhca pingpong: -w: open "+path+": no such file or directory\n", stderr)
+}
+
+// noAccept is a listener the server must not use: Accept fails at once
+// (a server that waited for a client would otherwise wait forever).
+type noAccept struct{ accepts int }
+
+func (l *noAccept) Accept() (net.Conn, error) {
+	l.accepts++
+	return nil, errors.New("the server waited for a client")
+}
+
+func (l *noAccept) Close() error { return nil }
+
+func (l *noAccept) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
+
+// A GID index the device has no GID at fails at once, before the server
+// waits for a client or the client connects, with rdma-core's message for
+// an index it cannot read; index 0, the link-local GID, says why it
+// cannot carry traffic here. (-g 5 used to send an all-zero GID, which
+// the peer blamed: "the peer sent no GID".)
+func TestPingpongGIDIndex(t *testing.T) {
+	noGID := func(idx int) string {
+		return fmt.Sprintf("softhca0 port 1 has no GID at index %d: it has index 0, the link-local fe80:: GID, and index 1, the device's IP address; use -g 1\n", idx)
+	}
+	linkLocal := "-g 0: GID index 0 is the link-local GID (fe80::/64 with the interface identifier made from the node GUID, as rxe puts it there); " +
+		"softhca0's UDP socket is bound to the device's IP address, not to it, so it cannot carry RoCEv2 traffic here: use -g 1, the device's IP address\n"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rc", "-g", "5"}, "can't read sgid of index 5: " + noGID(5)},
+		{[]string{"uc", "-g", "2"}, "can't read sgid of index 2: " + noGID(2)},
+		{[]string{"ud", "-g", "5"}, "Could not get local gid for gid index 5: " + noGID(5)},
+		{[]string{"srq", "-g", "1023"}, "Could not get local gid for gid index 1023: " + noGID(1023)},
+		{[]string{"rc", "-g", "2000"}, "can't read sgid of index 2000: " + noGID(2000)},
+		{[]string{"rc", "-g", "0"}, linkLocal},
+		{[]string{"ud", "-g0"}, linkLocal},
+	} {
+		t.Run(fmt.Sprint(c.args), func(t *testing.T) {
+			// As the server.
+			ln := &noAccept{}
+			var out, errb bytes.Buffer
+			code := pingpongMain(context.Background(), c.args, &out, &errb, func(cfg *pingpong.Config) { cfg.Listener = ln })
+			require.Equal(t, exitFailure, code)
+			require.Equal(t, c.want, errb.String())
+			require.Empty(t, out.String(), "no device, no address line")
+			require.Zero(t, ln.accepts)
+
+			// As the client: no connection to the server.
+			tl, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer tl.Close()
+			port := strconv.Itoa(tl.Addr().(*net.TCPAddr).Port)
+			out.Reset()
+			errb.Reset()
+			code = pingpongMain(context.Background(), append(c.args, "-p", port, "127.0.0.1"), &out, &errb, nil)
+			require.Equal(t, exitFailure, code)
+			require.Equal(t, c.want, errb.String())
+			// A client that had connected would be in the accept queue
+			// by now: Dial returns after the handshake.
+			require.NoError(t, tl.(*net.TCPListener).SetDeadline(time.Now()))
+			_, err = tl.Accept()
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the client connected")
+		})
+	}
+}
+
+// A peer (rdma-core on rxe with -g 0, say) that sends its link-local
+// fe80:: GID cannot be reached from the device's socket: the server
+// fails before it answers, the client before it sends "done", so that
+// neither side is left waiting. Over IPv6 the address family is the same
+// and the QP would connect: the server used to answer, and then wait for
+// packets the client could never send it.
+func TestPingpongPeerLinkLocalGID(t *testing.T) {
+	ll := gidOf("fe80::7fff:fe00:1")
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
+		t.Run("server/"+addr, func(t *testing.T) {
+			if strings.HasPrefix(addr, "[") {
+				skipWithoutIPv6(t)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			done := make(chan struct{})
+			var code int
+			var out, errb bytes.Buffer
+			go func() {
+				defer close(done)
+				code = pingpongMain(context.Background(), []string{"rc", "-g", "1", "--addr", addr}, &out, &errb,
+					func(c *pingpong.Config) { c.Listener = ln })
+			}()
+			conn, err := net.Dial("tcp", ln.Addr().String())
+			require.NoError(t, err)
+			defer conn.Close()
+			m := pingpong.Dest{QPN: 0x11, PSN: 1, GID: ll}.Message()
+			_, err = conn.Write(m[:])
+			require.NoError(t, err)
+			n, err := io.ReadFull(conn, m[:])
+			require.Zero(t, n, "the server answered a GID it cannot reach")
+			require.ErrorIs(t, err, io.EOF)
+			<-done
+			require.Equal(t, exitFailure, code)
+			require.Contains(t, errb.String(), "Failed to modify QP to RTR: the peer sent GID fe80::7fff:fe00:1, a link-local fe80:: GID (index 0 on rxe and softhca, made from the node GUID): this device's UDP socket on ")
+			require.Contains(t, errb.String(), "the peer needs -g with its IP address's GID index (1 on softhca, and on rxe with one IPv4 address)\nCouldn't connect to remote QP\n")
+		})
+		t.Run("client/"+addr, func(t *testing.T) {
+			if strings.HasPrefix(addr, "[") {
+				skipWithoutIPv6(t)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer ln.Close()
+			// The scripted server: it answers with the link-local GID and
+			// reads what follows. A client that sent "done" would then
+			// wait for packets that cannot come: the server stops it.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			got := make(chan []byte, 1)
+			go func() {
+				defer close(got)
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				var m [pingpong.MsgSize]byte
+				if _, err := io.ReadFull(conn, m[:]); err != nil {
+					return
+				}
+				a := pingpong.Dest{QPN: 0x11, PSN: 1, GID: ll}.Message()
+				conn.Write(a[:])
+				n, _ := io.ReadFull(conn, m[:len(pingpong.Done)])
+				if n > 0 {
+					cancel()
+				}
+				got <- m[:n]
+			}()
+			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+			var out, errb bytes.Buffer
+			code := pingpongMain(ctx, []string{"rc", "-g", "1", "--addr", addr, "-p", port, "127.0.0.1"}, &out, &errb, nil)
+			require.Equal(t, exitFailure, code)
+			require.Contains(t, out.String(), "  remote address: LID 0x0000, QPN 0x000011, PSN 0x000001, GID fe80::7fff:fe00:1\n")
+			require.Contains(t, errb.String(), "Failed to modify QP to RTR: the peer sent GID fe80::7fff:fe00:1, a link-local fe80:: GID")
+			require.NotContains(t, errb.String(), "Couldn't connect to remote QP", "rdma-core's client prints only the failed step")
+			require.Empty(t, <-got, `the client sent "done" although it could not connect`)
+		})
+	}
+}
+
+// gidOf is the GID of an IP address.
+func gidOf(s string) verbs.GID { return verbs.GIDFromAddr(netip.MustParseAddr(s)) }
+
+// skipWithoutIPv6 skips a test on a machine without IPv6 loopback.
+func skipWithoutIPv6(t *testing.T) {
+	t.Helper()
+	c, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Skipf("no IPv6 loopback (::1) here: %v", err)
+	}
+	c.Close()
 }

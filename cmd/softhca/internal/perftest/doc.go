@@ -63,7 +63,8 @@
 // to the peer GID's address, port 4791 or Options.PeerPort. The port's
 // active MTU follows the network interface, as with rxe. The banner says
 // where the device listens ("UDP address", a line perftest does not
-// have).
+// have). The socket uses UDP GSO and GRO unless Options.NoGSO
+// (--no-gso).
 //
 // # Waiting
 //

@@ -150,6 +150,13 @@ type Options struct {
 	// Progress shows the measurement's progress on stderr even when it
 	// is not a terminal (--progress); see ProgressReporter.
 	Progress bool
+	// NoGSO opens the UDP link without the segmentation offloads (UDP
+	// GSO and GRO): one datagram per packet, as a capture on loopback
+	// should see them.
+	NoGSO bool
+	// PcapFile (-w) is the file "softhca perf" writes the device's
+	// packets to; Run does not open it (see Config.Trace).
+	PcapFile string
 
 	sizeSet, cqModSet, sweep bool
 }
@@ -308,6 +315,20 @@ func optTable(o *Options) []optSpec {
 		{0, "sweep", false, false, setSweep},
 		{0, "plot", true, false, setPlot},
 		{0, "progress", false, false, flag(&o.Progress)},
+		{0, "no-gso", false, false, flag(&o.NoGSO)},
+		// perftest's -w is --limit_bw, a bandwidth in Gb/s, which softhca
+		// perf does not implement; softhca's -w is tcpdump's, a capture
+		// file. A number is taken for the former, and refused.
+		{'w', "pcap", true, false, func(o *Options, v string) error {
+			if v == "" {
+				return errors.New("-w: no file name")
+			}
+			if _, err := strconv.ParseFloat(v, 64); err == nil {
+				return fmt.Errorf("-w %s: softhca perf's -w writes the packets to a pcap file, and %q looks like a bandwidth for perftest's -w (--limit_bw), which softhca perf does not implement; name the file ./%s to write it", v, v, v)
+			}
+			o.PcapFile = v
+			return nil
+		}},
 
 		// Options of perftest 4.5-0.17 that softhca perf does not
 		// implement: refused by name rather than ignored.
@@ -327,7 +348,7 @@ func optTable(o *Options) []optSpec {
 		no('S', "sl", true),
 		no('T', "tos", true),
 		no('U', "report-unsorted", false),
-		no('w', "limit_bw", true),
+		no(0, "limit_bw", true),
 		no('W', "report-counters", true),
 		no('X', "vector", true),
 		no('y', "limit_msgrate", true),

@@ -130,3 +130,25 @@ func TestParseArgsErrors(t *testing.T) {
 	_, err = ParseArgs(Test{Write, false}, []string{"--version"})
 	require.ErrorIs(t, err, ErrVersion)
 }
+
+// --no-gso opens the device's UDP link without GSO and GRO.
+func TestParseArgsNoGSO(t *testing.T) {
+	o, err := ParseArgs(Test{Write, false}, nil)
+	require.NoError(t, err)
+	require.False(t, o.NoGSO)
+	uc := o.linkConfig(netip.MustParseAddrPort("127.0.0.1:4791"))
+	require.True(t, uc.GSO)
+	require.True(t, uc.GRO)
+
+	o, err = ParseArgs(Test{Write, false}, []string{"--no-gso", "10.0.0.1"})
+	require.NoError(t, err)
+	require.True(t, o.NoGSO)
+	uc = o.linkConfig(netip.MustParseAddrPort("127.0.0.1:4791"))
+	require.Equal(t, netip.MustParseAddrPort("127.0.0.1:4791"), uc.Addr)
+	require.False(t, uc.GSO)
+	require.False(t, uc.GRO)
+	require.True(t, uc.ECN)
+
+	_, err = ParseArgs(Test{Write, false}, []string{"--no-gso=1"})
+	require.ErrorContains(t, err, "option --no-gso takes no value")
+}

@@ -31,6 +31,11 @@ type Config struct {
 	BusyPoll bool
 	// Stdout receives the banner and the result tables, Stderr notes.
 	Stdout, Stderr io.Writer
+	// Trace, if set, is the device's trace hook (hca.Config.Trace): it is
+	// called with every packet the device sends and receives, on the
+	// device's goroutines, until Run returns ("softhca perf -w" writes
+	// them to a pcap file).
+	Trace func(dir hca.Direction, p *link.Packet)
 
 	// Listener, if set, is where the server accepts its client instead
 	// of listening on Options.Port.
@@ -136,6 +141,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 func (s *session) printf(format string, args ...any) { fmt.Fprintf(s.out, format, args...) }
 
 func (s *session) run(ctx context.Context) error {
+	if err := s.o.checkGIDIndex(); err != nil {
+		return err
+	}
 	if err := s.connect(ctx); err != nil {
 		return err
 	}
@@ -182,6 +190,40 @@ func (s *session) connect(ctx context.Context) error {
 	}
 	s.c, err = accept(ctx, l)
 	return err
+}
+
+// checkGIDIndex fails, before the exchange connection is made, for a -x
+// that cannot work. The device's port has two GIDs, as rxe's has for one
+// IPv4 address: index 0, the link-local fe80:: GID made from the node
+// GUID, and index 1, the device's IP address, the only one its UDP socket
+// is bound to. (perftest would read an empty entry as an all-zero GID
+// and send it to its peer, which could not reach it.)
+func (o *Options) checkGIDIndex() error {
+	switch {
+	case o.GIDIndex < 0 || o.GIDIndex == 1:
+		return nil
+	case o.GIDIndex == 0:
+		return errors.New("-x 0: GID index 0 is the link-local GID (fe80::/64 with the interface identifier made from the node GUID, as rxe puts it there); " +
+			"the device's UDP socket is bound to its IP address, not to it, so it cannot carry RoCEv2 traffic here: use -x 1 (or no -x), the device's IP address")
+	}
+	return fmt.Errorf("-x %d: the device has no GID at index %d: its port has index 0, the link-local fe80:: GID, and index 1, the device's IP address; use -x 1 (or no -x)",
+		o.GIDIndex, o.GIDIndex)
+}
+
+// checkPeerGID fails for a peer's GID that the device on local cannot
+// send to: a link-local fe80:: GID (index 0 on rxe and softhca), which
+// names no interface, or one that is not a unicast address.
+func checkPeerGID(g verbs.GID, local netip.Addr) error {
+	a := g.Addr()
+	switch {
+	case a.Is6() && a.IsLinkLocalUnicast():
+		return fmt.Errorf("the peer's GID %s is a link-local fe80:: GID (index 0 on rxe and softhca, made from the node GUID): "+
+			"the device's UDP socket on %s cannot send to it (a GID names no interface); the peer needs -x with its IP address's GID index (1 on softhca, and on rxe with one IPv4 address)",
+			a, local)
+	case a.IsUnspecified() || a.IsMulticast():
+		return fmt.Errorf("the peer's GID %s is not a unicast address: the peer needs -x with its IP address's GID index", a)
+	}
+	return nil
 }
 
 // exchangeSystem exchanges the versions and the system data
@@ -246,7 +288,7 @@ func (s *session) openDevice() error {
 		}
 		lk, s.peerPort = l, pp
 	} else {
-		l, err := udp.Open(udp.Config{Addr: netip.AddrPortFrom(addr, port), GSO: true, GRO: true, ECN: true})
+		l, err := udp.Open(s.o.linkConfig(netip.AddrPortFrom(addr, port)))
 		if err != nil {
 			hint := ""
 			if errors.Is(err, syscall.EADDRINUSE) {
@@ -269,7 +311,7 @@ func (s *session) openDevice() error {
 	var pattr verbs.PortAttr
 	pattr.ActiveMTU = hca.ActiveMTUFor(local.Src)
 	s.dev, err = hca.Open(hca.Config{Name: name, Link: lk, PeerPort: s.peerPort, PortAttr: pattr,
-		Congestion: hca.Congestion{DeviceRate: s.cfg.DeviceRate}, BusyPoll: s.cfg.BusyPoll})
+		Congestion: hca.Congestion{DeviceRate: s.cfg.DeviceRate}, BusyPoll: s.cfg.BusyPoll, Trace: s.cfg.Trace})
 	if err != nil {
 		lk.Close()
 		return fmt.Errorf("cannot open the device: %w", err)
@@ -290,6 +332,12 @@ func (s *session) openDevice() error {
 		return fmt.Errorf("-x %d: GID %d is %v; softhca's RoCEv2 GID for %s is index %d", s.o.GIDIndex, s.o.GIDIndex, g, local.Src, s.gidIndex)
 	}
 	return nil
+}
+
+// linkConfig is the device's UDP link on addr: with the segmentation
+// offloads (GSO and GRO) unless --no-gso.
+func (o *Options) linkConfig(addr netip.AddrPort) udp.Config {
+	return udp.Config{Addr: addr, GSO: !o.NoGSO, GRO: !o.NoGSO, ECN: true}
 }
 
 // exchangeMTU agrees on the path MTU (check_mtu): each side's MTU is -m
@@ -399,6 +447,9 @@ func (s *session) handshake() error {
 	s.res.Remote = rem
 	if rem.GID.Addr().Is4() != my.GID.Addr().Is4() {
 		return fmt.Errorf("found incompatibility issue with GID types: local %v, remote %v; use the same IP version on both sides", my.GID, rem.GID)
+	}
+	if err := checkPeerGID(rem.GID, s.local.Addr()); err != nil {
+		return err
 	}
 	if err := s.connectQP(my, rem); err != nil {
 		return err

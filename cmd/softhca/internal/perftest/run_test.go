@@ -16,6 +16,7 @@ import (
 
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/link/udp"
+	"github.com/softhca/softhca/verbs"
 )
 
 // side is the outcome of one side of a run.
@@ -301,4 +302,20 @@ func TestTranscripts(t *testing.T) {
 		require.Equal(t, c.want, srv.res.Transcript, "%s %v server", c.test, c.args)
 		require.Equal(t, c.want, cli.res.Transcript, "%s %v client", c.test, c.args)
 	}
+}
+
+// A peer's GID the device cannot send to is refused before the QP is
+// connected to it: a link-local fe80:: GID (rxe's index 0), the zero GID
+// and multicast; addresses it can reach are not.
+func TestCheckPeerGID(t *testing.T) {
+	gid := func(s string) verbs.GID { return verbs.GIDFromAddr(netip.MustParseAddr(s)) }
+	v6, v4 := netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("10.0.0.1")
+	require.ErrorContains(t, checkPeerGID(gid("fe80::7fff:fe00:1"), v6),
+		"the peer's GID fe80::7fff:fe00:1 is a link-local fe80:: GID (index 0 on rxe and softhca, made from the node GUID): the device's UDP socket on 2001:db8::1 cannot send to it")
+	require.ErrorContains(t, checkPeerGID(verbs.GID{}, v6), "the peer's GID :: is not a unicast address")
+	require.ErrorContains(t, checkPeerGID(gid("ff02::1"), v6), "not a unicast address")
+	require.NoError(t, checkPeerGID(gid("2001:db8::2"), v6))
+	require.NoError(t, checkPeerGID(gid("::1"), netip.MustParseAddr("::1")))
+	require.NoError(t, checkPeerGID(gid("10.0.0.2"), v4))
+	require.NoError(t, checkPeerGID(gid("169.254.0.2"), netip.MustParseAddr("169.254.0.1")), "IPv4 link-local is an address like any")
 }

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
@@ -122,6 +123,12 @@ type Config struct {
 	// MTU minus 80 bytes of headers, rounded down to an InfiniBand MTU
 	// (1500 gives 1024; loopback's 65536 gives 4096).
 	PortMTU verbs.MTU
+	// NoGSO opens the UDP link without the segmentation offloads (UDP GSO
+	// and GRO): one datagram per packet each way, so that a capture on
+	// loopback (tcpdump -i lo) shows each packet as a frame of its own.
+	// (A capture sees a GSO send before the kernel splits it, several
+	// packets in one datagram.)
+	NoGSO bool
 
 	// StatsFile, if set, receives the device's transport counters as
 	// JSON (StatsJSON) when the run ends, successful or not.
@@ -129,6 +136,11 @@ type Config struct {
 	// DeviceRate is the device's pacing rate in bits per second
 	// (hca.Congestion.DeviceRate); 0: none.
 	DeviceRate float64
+	// Trace, if set, is the device's trace hook (hca.Config.Trace): it is
+	// called with every packet the device sends and receives, on the
+	// device's goroutines, until Run returns ("softhca pingpong -w"
+	// writes them to a pcap file).
+	Trace func(dir hca.Direction, p *link.Packet)
 
 	// Test hooks.
 

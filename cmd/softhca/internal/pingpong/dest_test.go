@@ -131,17 +131,26 @@ func TestExchangeClient(t *testing.T) {
 	peer := Dest{QPN: 0x22, PSN: 2, GID: verbs.GIDFromAddr(netip.MustParseAddr("10.0.0.2"))}
 	pm := peer.Message()
 	p := &rw{in: bytes.NewReader(pm[:])}
-	got, err := ClientExchange(p, me)
+	var connected []Dest
+	got, err := ClientExchange(p, me, func(r []Dest) error { connected = r; return nil })
 	require.NoError(t, err)
 	require.Equal(t, []Dest{peer}, got)
+	require.Equal(t, got, connected)
 	mm := me[0].Message()
 	require.Equal(t, append(mm[:], "done\x00"...), p.out.Bytes(), "message then done")
 
+	// A client that cannot connect sends no "done": the server, waiting
+	// for it, sees the connection close and fails too.
+	p = &rw{in: bytes.NewReader(pm[:])}
+	_, err = ClientExchange(p, me, func([]Dest) error { return errors.New("Failed to modify QP to RTR: no route") })
+	require.EqualError(t, err, "Failed to modify QP to RTR: no route", "the connect error as it is")
+	require.Equal(t, mm[:], p.out.Bytes(), "the message, no done")
+
 	// The server went away without answering (it failed to connect).
-	_, err = ClientExchange(&rw{in: bytes.NewReader(nil)}, me)
+	_, err = ClientExchange(&rw{in: bytes.NewReader(nil)}, me, nil)
 	require.EqualError(t, err, "Couldn't read/write remote address: the peer closed the connection (see its messages)")
 	// Garbage instead of an address.
-	_, err = ClientExchange(&rw{in: bytes.NewReader(msg("nonsense"))}, me)
+	_, err = ClientExchange(&rw{in: bytes.NewReader(msg("nonsense"))}, me, nil)
 	require.ErrorContains(t, err, "Couldn't read/write remote address: malformed address message \"nonsense\"")
 }
 

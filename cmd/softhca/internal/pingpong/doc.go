@@ -29,9 +29,16 @@
 // (IPv4-mapped), as with rxe, and the peer's packets go to the IP address
 // in the peer's GID, port 4791 (Config.PeerPort). The port's active MTU,
 // the limit of a UD message, follows the interface as rxe's follows its
-// netdev (hca.ActiveMTUFor). RoCE needs a GRH, so as on rxe a side
+// netdev (hca.ActiveMTUFor). The socket uses UDP GSO and GRO unless
+// Config.NoGSO (--no-gso). RoCE needs a GRH, so as on rxe a side
 // started without -g cannot connect: the peer fails to move its QP to RTR
-// (or to create its address handle), with a hint.
+// (or to create its address handle), with a hint. GID index 0 is the
+// link-local fe80:: GID made from the node GUID, as on rxe, which no
+// socket is bound to: -g 0, and an index without a GID (which rdma-core
+// would read as an all-zero GID), fail before anything is opened. A
+// peer's GID the device cannot send to fails the connect, and the client
+// connects before it sends "done", so that the server fails as well
+// (see the exchange).
 //
 // # Threading
 //

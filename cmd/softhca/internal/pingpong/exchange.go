@@ -19,6 +19,14 @@ import (
 // each way, whatever the number of QPs. The server connects before it
 // answers, so the client may send as soon as it has read the answer and
 // connected in turn.
+//
+// rdma-core's client sends "done" as soon as it has read the answer and
+// connects afterwards; softhca's connects first and sends "done" only
+// when that worked. The messages are the same, but a client that cannot
+// connect (the server's GID is one it cannot reach, say) closes the
+// connection without "done", so that the server fails at once too
+// ("Couldn't send/recv local address"), instead of waiting forever for
+// a first message that will never come.
 
 // ExchangeError is a failed exchange. Msg is rdma-core's message for the
 // step that failed; Err says why. Connect failures print as rdma-core
@@ -73,8 +81,10 @@ func readMessages(r io.Reader, n int) ([]Dest, error) {
 }
 
 // ClientExchange is the client's side: it sends my (one message per
-// entry), reads as many messages from the server, and sends "done".
-func ClientExchange(rw io.ReadWriter, my []Dest) ([]Dest, error) {
+// entry), reads as many messages from the server, calls connect with
+// them (if not nil), and sends "done" if that succeeded. connect's error
+// is returned as it is, with the server's messages.
+func ClientExchange(rw io.ReadWriter, my []Dest, connect func(remote []Dest) error) ([]Dest, error) {
 	if err := writeMessages(rw, my); err != nil {
 		return nil, &ExchangeError{"Couldn't send local address", err}
 	}
@@ -84,6 +94,11 @@ func ClientExchange(rw io.ReadWriter, my []Dest) ([]Dest, error) {
 			return nil, &ExchangeError{fmt.Sprintf("Couldn't read remote address [%d]", len(remote)), eofIsUnexpected(err)}
 		}
 		return nil, &ExchangeError{"Couldn't read/write remote address", eofIsUnexpected(err)}
+	}
+	if connect != nil {
+		if err := connect(remote); err != nil {
+			return remote, err
+		}
 	}
 	if _, err := rw.Write(Done[:]); err != nil {
 		return nil, &ExchangeError{"Couldn't read/write remote address", err}

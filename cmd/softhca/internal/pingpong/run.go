@@ -58,6 +58,7 @@ type session struct {
 	pageSize int
 
 	conn     net.Conn
+	addr     netip.Addr // the device's IP address
 	dev      *hca.Device
 	statsDev *hca.Device // dev, kept for writeStats after it is closed
 	ch       *hca.CompChannel
@@ -99,6 +100,9 @@ func (s *session) run(ctx context.Context) error {
 	if err := c.Features.check(c.Mode); err != nil {
 		return err
 	}
+	if err := c.checkGIDIndex(); err != nil {
+		return err
+	}
 
 	// rdma-core opens the device first and then makes the TCP
 	// connection; softhca binds the device to the connection's local
@@ -122,13 +126,8 @@ func (s *session) run(ctx context.Context) error {
 	if err := s.exchange(); err != nil {
 		return err
 	}
-	for i := range s.qps {
-		s.printf("%s", AddressLine("remote", s.remote[i], false))
-	}
-	if c.ServerName != "" {
-		if err := s.connectQPs(); err != nil {
-			return err
-		}
+	if c.ServerName == "" {
+		s.printRemote()
 	}
 
 	start, err := s.start()
@@ -187,6 +186,57 @@ func (c *Config) check() error {
 	}
 	if c.Port < 0 || c.Port > 65535 {
 		return fmt.Errorf("TCP port %d is not in 0..65535", c.Port)
+	}
+	return nil
+}
+
+// gidMsg is rdma-core's message for a GID index ibv_query_gid cannot
+// read.
+func (c *Config) gidMsg() string {
+	if c.Mode == RC || c.Mode == UC {
+		return fmt.Sprintf("can't read sgid of index %d", c.GIDIndex)
+	}
+	return fmt.Sprintf("Could not get local gid for gid index %d", c.GIDIndex)
+}
+
+// checkGIDIndex fails, before anything is opened, for a -g that cannot
+// work. The device's port has two GIDs, as rxe's has for one IPv4
+// address: index 0, the link-local fe80:: GID made from the node GUID,
+// and index 1, the device's IP address, the only one its UDP socket is
+// bound to. (rdma-core's ibv_query_gid reads an empty entry inside the
+// table as an all-zero GID, and the examples then send no GID, so that
+// the peer cannot connect; softhca says so at once instead.)
+func (c *Config) checkGIDIndex() error {
+	switch {
+	case c.GIDIndex < 0 || c.GIDIndex == 1:
+		return nil
+	case c.GIDIndex == 0:
+		return fmt.Errorf("-g 0: GID index 0 is the link-local GID (fe80::/64 with the interface identifier made from the node GUID, as rxe puts it there); "+
+			"%s's UDP socket is bound to the device's IP address, not to it, so it cannot carry RoCEv2 traffic here: use -g 1, the device's IP address", DeviceName)
+	}
+	return fail(c.gidMsg(), fmt.Errorf("%s port %d has no GID at index %d: it has index 0, the link-local fe80:: GID, and index 1, the device's IP address; use -g 1",
+		DeviceName, c.IBPort, c.GIDIndex))
+}
+
+// checkPeerGID fails for a peer's GID that this device cannot send to,
+// before a QP is connected to it (and so, on the client, before "done",
+// which lets the server fail at once too). A zero GID (the peer was
+// given no -g) is left to the examples' own failure (explainAV).
+func (s *session) checkPeerGID(d Dest) error {
+	if !d.HasGID() {
+		return nil
+	}
+	a := d.GID.Addr()
+	switch {
+	case a.Is6() && a.IsLinkLocalUnicast():
+		return fmt.Errorf("the peer sent GID %s, a link-local fe80:: GID (index 0 on rxe and softhca, made from the node GUID): "+
+			"this device's UDP socket on %s cannot send to it (a GID names no interface); the peer needs -g with its IP address's GID index (1 on softhca, and on rxe with one IPv4 address)",
+			a, s.addr)
+	case a.IsUnspecified() || a.IsMulticast():
+		return fmt.Errorf("the peer sent GID %s, which is not a unicast address: the peer needs -g with its IP address's GID index", a)
+	case a.Is4() != s.addr.Is4():
+		return fmt.Errorf("the peer sent GID %s, and this device's address %s is of the other IP family: no route joins them; run both sides on addresses of one family (--addr)",
+			FormatGID(d.GID), s.addr)
 	}
 	return nil
 }
@@ -253,15 +303,20 @@ func (s *session) connectTCP(ctx context.Context) error {
 	return nil
 }
 
-// openLink opens the device's link on addr, with UDP segmentation
-// offloads where the kernel has them (a 64 KiB message at MTU 1024 is 64
-// packets: one sendmmsg/recvmmsg call instead of many; three to five times
-// the throughput on loopback, and rxe accepts the segments).
+// openLink opens the device's link on addr (linkConfig).
 func (s *session) openLink(addr netip.AddrPort) (link.Link, error) {
 	if s.cfg.OpenLink != nil {
 		return s.cfg.OpenLink(addr)
 	}
-	return udp.Open(udp.Config{Addr: addr, GSO: true, GRO: true, ECN: true})
+	return udp.Open(s.cfg.linkConfig(addr))
+}
+
+// linkConfig is the UDP link on addr: with the segmentation offloads
+// where the kernel has them (a 64 KiB message at MTU 1024 is 64 packets:
+// one sendmmsg/recvmmsg call instead of many; three to five times the
+// throughput on loopback, and rxe accepts the segments), unless NoGSO.
+func (c *Config) linkConfig(addr netip.AddrPort) udp.Config {
+	return udp.Config{Addr: addr, GSO: !c.NoGSO, GRO: !c.NoGSO, ECN: true}
 }
 
 // setup opens the device and creates its objects, as pp_init_ctx does,
@@ -269,6 +324,7 @@ func (s *session) openLink(addr netip.AddrPort) (link.Link, error) {
 // prints.
 func (s *session) setup(addr netip.AddrPort) error {
 	c := &s.cfg
+	s.addr = addr.Addr()
 	l, err := s.openLink(addr)
 	if err != nil {
 		return fail("Couldn't get context for "+DeviceName, fmt.Errorf("UDP %s: %w", addr, err))
@@ -283,6 +339,7 @@ func (s *session) setup(addr netip.AddrPort) error {
 		PeerPort:   c.peerPort(),
 		PortAttr:   verbs.PortAttr{ActiveMTU: mtu},
 		Congestion: hca.Congestion{DeviceRate: c.DeviceRate},
+		Trace:      c.Trace,
 	}
 	if c.Mode == SRQ {
 		// srq_pingpong's QPs all receive into and send from one buffer.
@@ -368,10 +425,7 @@ func (s *session) setup(addr netip.AddrPort) error {
 	var gid verbs.GID
 	if c.GIDIndex >= 0 {
 		if gid, err = s.dev.QueryGID(port, c.GIDIndex); err != nil {
-			if c.Mode == RC || c.Mode == UC {
-				return fail(fmt.Sprintf("can't read sgid of index %d", c.GIDIndex), err)
-			}
-			return fail(fmt.Sprintf("Could not get local gid for gid index %d", c.GIDIndex), err)
+			return fail(c.gidMsg(), err)
 		}
 	}
 	count := len(s.qps)
@@ -503,12 +557,18 @@ func (s *session) postSend(i int) error {
 	return err
 }
 
-// exchange swaps addresses with the peer over the TCP connection. The
-// server connects its QPs before it answers.
+// exchange swaps addresses with the peer over the TCP connection and
+// connects the QPs to the peer's: the server before it answers, the
+// client before it sends "done" (after printing the peer's address, as
+// rdma-core does before it connects).
 func (s *session) exchange() error {
 	var err error
 	if s.cfg.ServerName != "" {
-		s.remote, err = ClientExchange(s.conn, s.my)
+		s.remote, err = ClientExchange(s.conn, s.my, func(remote []Dest) error {
+			s.remote = remote
+			s.printRemote()
+			return s.connectQPs()
+		})
 	} else {
 		s.remote, err = ServerExchange(s.conn, s.my, func(remote []Dest) error {
 			s.remote = remote
@@ -517,6 +577,13 @@ func (s *session) exchange() error {
 	}
 	s.conn.Close()
 	return err
+}
+
+// printRemote prints the peer's address line(s).
+func (s *session) printRemote() {
+	for i := range s.qps {
+		s.printf("%s", AddressLine("remote", s.remote[i], false))
+	}
 }
 
 // connectQPs moves the QPs to RTR and RTS towards the peer's (and, for
@@ -534,6 +601,13 @@ func (s *session) connectQPs() error {
 	// local -g index as source: -1 becomes 255 in the uint8 field.
 	// srq takes the GID of the first entry for every QP.
 	peer := s.remote[0]
+	rtr := s.qpMsg("Failed to modify QP", 0) + " to RTR"
+	if c.Mode == UD {
+		rtr = "Failed to create AH"
+	}
+	if err := s.checkPeerGID(peer); err != nil {
+		return fail(rtr, err)
+	}
 	av := verbs.AHAttr{DLID: peer.LID, SL: c.SL, PortNum: port}
 	if peer.HasGID() {
 		av.IsGlobal = true

@@ -251,3 +251,28 @@ func TestPingpongValidateDetects(t *testing.T) {
 		})
 	}
 }
+
+// The link is a UDP socket with GSO and GRO unless NoGSO (--no-gso), which
+// opens it with neither: one datagram per packet, as a loopback capture
+// should see them.
+func TestLinkConfigNoGSO(t *testing.T) {
+	addr := netip.MustParseAddrPort("127.0.0.1:0")
+	for _, noGSO := range []bool{false, true} {
+		cfg := NewConfig(RC)
+		cfg.NoGSO = noGSO
+		uc := cfg.linkConfig(addr)
+		require.Equal(t, !noGSO, uc.GSO)
+		require.Equal(t, !noGSO, uc.GRO)
+		require.True(t, uc.ECN)
+		l, err := udp.Open(uc)
+		require.NoError(t, err)
+		info := l.Info()
+		l.Close()
+		if noGSO {
+			require.False(t, info.GSO, "--no-gso: no UDP_SEGMENT")
+			require.False(t, info.GRO, "--no-gso: no UDP_GRO")
+		} else if !info.GSO {
+			t.Log("the kernel offers no UDP GSO here: only the configuration is checked")
+		}
+	}
+}
