@@ -37,6 +37,7 @@ Examples:
 
   softhca serve                                 # the host's address, port 4791; web page on 127.0.0.1:8791
   softhca serve --listen 127.0.0.1 --region buf:1M:rwa --metrics 127.0.0.1:9791
+  softhca serve --pingpong "rc -g 1" --perftest "write_bw -p 18516"   # responders for peers
   softhca serve --config /etc/softhca/serve.conf --log-format json
 
 Exit status: 0 stopped cleanly; 1 failed while running, the stop took
@@ -57,6 +58,7 @@ type serveFlags struct {
 	peerPort, mtu, traceRing                 int
 	shutdown                                 time.Duration
 	regions                                  regionList
+	services                                 []daemon.Service
 }
 
 // regionList is the repeatable --region flag.
@@ -82,6 +84,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.httpAddr, "http", "127.0.0.1:8791", "`address` of the web page; \"\" for none")
 	fs.StringVar(&f.metrics, "metrics", "", "`address` of the Prometheus endpoint (/metrics); none by default")
 	fs.Var(&f.regions, "region", "a named target memory region `NAME:SIZE[:ACCESS]` (SIZE with K/M/G, ACCESS letters r, w, a; default rwa); repeatable")
+	fs.Var(serviceList{"pingpong", &f.services}, "pingpong", "a responder: softhca pingpong's server `ARGS` (\"rc -p 18515\"), served one client after another; repeatable")
+	fs.Var(serviceList{"perftest", &f.services}, "perftest", "a responder: softhca perf's server `ARGS` (\"write_bw -p 18516\"), served one client after another; repeatable")
 	fs.IntVar(&f.traceRing, "trace-ring", daemon.DefaultTraceRing, "recent packets kept for trace and the web page (0: none)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 5*time.Second, "the longest the stop may take")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
@@ -202,9 +206,12 @@ func readConfigFile(path string) ([]byte, error) {
 // daemonConfig checks the flags and makes the daemon's configuration.
 func (f *serveFlags) daemonConfig(stderr io.Writer) (daemon.Config, *slog.Logger, error) {
 	cfg := daemon.Config{
-		Name: f.name, Control: f.control, HTTP: f.httpAddr, Metrics: f.metrics, Regions: f.regions,
+		Name: f.name, Control: f.control, HTTP: f.httpAddr, Metrics: f.metrics, Regions: f.regions, Services: f.services,
 		TraceRing: f.traceRing, ShutdownTimeout: f.shutdown, Version: softhcaVersion(),
 		Summarize: packetSummary,
+	}
+	if needsOneWorker(f.services) {
+		cfg.Workers = 1 // srq_pingpong's QPs share one buffer
 	}
 	if f.name == "" || strings.ContainsAny(f.name, "/ \t") {
 		return cfg, nil, fmt.Errorf("--name %q: a device name is non-empty, without slashes or spaces", f.name)

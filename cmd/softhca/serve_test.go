@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -272,4 +273,66 @@ func TestDevinfoFromDaemon(t *testing.T) {
 	code, out2, _ := runCmd(t, "devinfo", "-l")
 	require.Equal(t, 0, code)
 	require.Contains(t, out2, "lab7")
+}
+
+// freeTCPPort returns a TCP port free now.
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestServeResponders: the daemon's pingpong and perftest responders
+// serve softhca's clients again and again on the daemon's device, and
+// status counts them.
+func TestServeResponders(t *testing.T) {
+	peerPort := freeUDPPort(t, "127.0.0.2")
+	ppPort, pfPort := freeTCPPort(t), freeTCPPort(t)
+	s := startServe(t, "--peer-port", fmt.Sprint(peerPort),
+		"--pingpong", fmt.Sprintf("rc -g 1 -n 50 -s 1024 -p %d", ppPort),
+		"--perftest", fmt.Sprintf("write_bw -n 200 -s 4096 -p %d", pfPort))
+	daemonPort := s.d.Listen().Port()
+	client := []string{"--addr", fmt.Sprintf("127.0.0.2:%d", peerPort), "--peer-port", fmt.Sprint(daemonPort)}
+	for i := range 2 {
+		code, out, errs := runCmd(t, append([]string{"pingpong", "rc", "-g", "1", "-n", "50", "-s", "1024", "-p", fmt.Sprint(ppPort)}, append(client, "127.0.0.1")...)...)
+		require.Equal(t, exitOK, code, "run %d: %s%s\ndaemon: %s", i, out, errs, s.stderr.String())
+		require.Contains(t, out, "50 iters in")
+	}
+	code, out, errs := runCmd(t, append([]string{"perf", "write_bw", "-n", "200", "-s", "4096", "-p", fmt.Sprint(pfPort)}, append(client, "127.0.0.1")...)...)
+	require.Equal(t, exitOK, code, "%s%s\ndaemon: %s", out, errs, s.stderr.String())
+	require.Contains(t, out, " 4096       200 ")
+	var st control.Status
+	c, err := control.Dial(s.control)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Call(context.Background(), control.Request{Op: control.OpStatus}, &st))
+	require.Len(t, st.Services, 2)
+	require.Equal(t, fmt.Sprintf("pingpong rc -g 1 -n 50 -s 1024 -p %d", ppPort), st.Services[0].Name)
+	require.Equal(t, uint64(2), st.Services[0].Served)
+	require.Equal(t, uint64(1), st.Services[1].Served)
+	require.Equal(t, exitOK, s.stop(t))
+	require.Contains(t, s.stderr.String(), "msg=flushed")
+	require.Contains(t, s.stderr.String(), "outstanding_wrs=0 cq_overruns=0")
+}
+
+// TestServeResponderUsage: responder arguments that cannot serve are
+// usage errors.
+func TestServeResponderUsage(t *testing.T) {
+	for _, tc := range []struct{ flag, args, msg string }{
+		{"--pingpong", "xx", `unknown pingpong "xx"`},
+		{"--pingpong", "rc 10.0.0.1", "names a host"},
+		{"--pingpong", "rc --addr 127.0.0.5", "describe a device of its own"},
+		{"--pingpong", "rc -w x.pcap", "-w is not for a responder"},
+		{"--perftest", "", "the arguments of softhca perf's server"},
+		{"--perftest", "frob", "frob"},
+		{"--perftest", "write_bw 10.0.0.1", "names a host"},
+		{"--perftest", "write_bw -p 0", "a responder needs a port"},
+	} {
+		var out, errb bytes.Buffer
+		code := serveMain(context.Background(), []string{"--control", filepath.Join(t.TempDir(), "x.sock"), tc.flag, tc.args}, &out, &errb, nil)
+		require.Equal(t, exitUsage, code, "%s %q: %s", tc.flag, tc.args, errb.String())
+		require.Contains(t, errb.String(), tc.msg)
+	}
 }

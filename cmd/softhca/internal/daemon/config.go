@@ -37,6 +37,10 @@ type Config struct {
 	Regions []Region
 	// Services are the responders to run for peers.
 	Services []Service
+	// Workers is the device's transport workers (hca.Config.Workers);
+	// 0: the default. A service whose QPs share one buffer
+	// (srq_pingpong's) needs 1.
+	Workers int
 	// TraceRing is how many recent packets the daemon keeps for `softhca
 	// trace` and the web page (0: none are kept or streamed).
 	TraceRing int

@@ -196,6 +196,7 @@ func (d *Daemon) openDevice() error {
 		Link:     l,
 		PeerPort: d.cfg.PeerPort,
 		PortAttr: verbs.PortAttr{ActiveMTU: mtu},
+		Workers:  d.cfg.Workers,
 	}
 	if ring > 0 {
 		hc.Trace = d.tr.record

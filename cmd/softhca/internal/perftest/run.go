@@ -53,6 +53,13 @@ type Config struct {
 	// ProgressReporter shows it. It runs on the measuring goroutine, so
 	// it must be quick.
 	Progress func(now time.Time, p Progress)
+
+	// Device, if set, is the device to run on, already open (the
+	// daemon's, whose services run perftest servers again and again):
+	// the run opens none and leaves it open; Options.Addr, PeerPort,
+	// Device, NoGSO, DeviceRate, BusyPoll, Trace and OpenLink, which
+	// describe the device to open, are then unused.
+	Device *hca.Device
 }
 
 // Result is what a run leaves behind for its caller.
@@ -268,6 +275,20 @@ func (s *session) exchangeSystem() error {
 // openDevice opens the softhca device on a UDP socket at the local
 // address of the exchange connection (or --addr), port 4791.
 func (s *session) openDevice() error {
+	if d := s.cfg.Device; d != nil {
+		dc := d.Config()
+		local, err := dc.Link.LocalAddr()
+		if err != nil {
+			return fmt.Errorf("the device's link: %w", err)
+		}
+		s.dev = d
+		s.local = netip.AddrPortFrom(local.Src, local.SrcPort)
+		s.peerPort = dc.PeerPort
+		if s.peerPort == 0 {
+			s.peerPort = wire.RoCEv2Port
+		}
+		return s.deviceReady()
+	}
 	addr := s.o.Addr.Addr()
 	port := s.o.Addr.Port()
 	if !addr.IsValid() {
@@ -316,6 +337,12 @@ func (s *session) openDevice() error {
 		lk.Close()
 		return fmt.Errorf("cannot open the device: %w", err)
 	}
+	return s.deviceReady()
+}
+
+// deviceReady takes what the run needs from the open device: the
+// outstanding reads it offers and its GID index.
+func (s *session) deviceReady() error {
 	// Outstanding reads: the responder resources offered to the peer
 	// (ctx_set_out_reads): -o, at most the device's max_qp_rd_atom, for
 	// READ and atomics; 1 otherwise.
@@ -326,10 +353,11 @@ func (s *session) openDevice() error {
 			s.outReads = s.o.OutReads
 		}
 	}
-	s.gidIndex = s.dev.GIDIndex(local.Src)
+	src := s.local.Addr()
+	s.gidIndex = s.dev.GIDIndex(src)
 	if s.o.GIDIndex >= 0 && s.o.GIDIndex != s.gidIndex {
 		g, _ := s.dev.QueryGID(1, s.o.GIDIndex)
-		return fmt.Errorf("-x %d: GID %d is %v; softhca's RoCEv2 GID for %s is index %d", s.o.GIDIndex, s.o.GIDIndex, g, local.Src, s.gidIndex)
+		return fmt.Errorf("-x %d: GID %d is %v; softhca's RoCEv2 GID for %s is index %d", s.o.GIDIndex, s.o.GIDIndex, g, src, s.gidIndex)
 	}
 	return nil
 }
@@ -548,7 +576,7 @@ func (s *session) close() {
 	if s.pd != nil {
 		_ = s.pd.Dealloc()
 	}
-	if s.dev != nil {
+	if s.dev != nil && s.cfg.Device == nil {
 		_ = s.dev.Close()
 		s.res.Stats = s.dev.TransportStats()
 	}

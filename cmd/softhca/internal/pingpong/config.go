@@ -142,6 +142,15 @@ type Config struct {
 	// writes them to a pcap file).
 	Trace func(dir hca.Direction, p *link.Packet)
 
+	// Device, if set, is the device to run on, already open (the
+	// daemon's, whose services run pingpong servers again and again):
+	// the run opens no device, uses this one's first address and name,
+	// and leaves it open. Addr, PeerPort, PortMTU, DeviceRate, NoGSO,
+	// Trace and OpenLink, which describe the device to open, are then
+	// unused. srq mode shares one buffer among its QPs, which is safe
+	// only on a device with one worker (hca.Config.Workers).
+	Device *hca.Device
+
 	// Test hooks.
 
 	// Listener, if set, is where the server accepts the connection,

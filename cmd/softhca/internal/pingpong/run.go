@@ -61,6 +61,7 @@ type session struct {
 	addr     netip.Addr // the device's IP address
 	dev      *hca.Device
 	statsDev *hca.Device // dev, kept for writeStats after it is closed
+	borrowed bool        // dev is Config.Device: not this run's to close
 	ch       *hca.CompChannel
 	pd       *hca.PD
 	mr       *hca.MR
@@ -94,8 +95,12 @@ func (s *session) run(ctx context.Context) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	if c.IBDev != "" && c.IBDev != DeviceName {
-		return fail(fmt.Sprintf("IB device %s not found", c.IBDev), fmt.Errorf("softhca's device is %s", DeviceName))
+	name := DeviceName
+	if c.Device != nil {
+		name = c.Device.Name()
+	}
+	if c.IBDev != "" && c.IBDev != name {
+		return fail(fmt.Sprintf("IB device %s not found", c.IBDev), fmt.Errorf("softhca's device is %s", name))
 	}
 	if err := c.Features.check(c.Mode); err != nil {
 		return err
@@ -108,6 +113,9 @@ func (s *session) run(ctx context.Context) error {
 	// connection; softhca binds the device to the connection's local
 	// address unless told which address to use.
 	addr := c.Addr
+	if c.Device != nil {
+		addr = netip.AddrPortFrom(c.Device.Config().Addrs[0], 0)
+	}
 	if !addr.IsValid() {
 		if err := s.connectTCP(ctx); err != nil {
 			return err
@@ -325,6 +333,10 @@ func (c *Config) linkConfig(addr netip.AddrPort) udp.Config {
 func (s *session) setup(addr netip.AddrPort) error {
 	c := &s.cfg
 	s.addr = addr.Addr()
+	if c.Device != nil {
+		s.dev, s.statsDev, s.borrowed = c.Device, c.Device, true
+		return s.setupObjects()
+	}
 	l, err := s.openLink(addr)
 	if err != nil {
 		return fail("Couldn't get context for "+DeviceName, fmt.Errorf("UDP %s: %w", addr, err))
@@ -355,7 +367,15 @@ func (s *session) setup(addr netip.AddrPort) error {
 		return fail("Couldn't get context for "+DeviceName, err)
 	}
 	s.statsDev = s.dev
+	return s.setupObjects()
+}
+
+// setupObjects creates the run's objects on s.dev, as pp_init_ctx does
+// after opening the device.
+func (s *session) setupObjects() error {
+	c := &s.cfg
 	port := uint8(c.IBPort)
+	var err error
 
 	if c.Mode == UD {
 		pa, err := s.dev.QueryPort(port)
@@ -912,6 +932,10 @@ func (s *session) teardown() error {
 		}
 		s.ch = nil
 	}
+	if s.borrowed {
+		s.dev = nil
+		return nil
+	}
 	err := s.dev.Close()
 	s.dev = nil
 	if err != nil && !errors.Is(err, net.ErrClosed) {
@@ -948,7 +972,20 @@ func (s *session) release() {
 	if s.ch != nil {
 		s.ch.Close()
 	}
-	s.dev.Close()
+	if !s.borrowed {
+		s.dev.Close() // frees what is left
+		return
+	}
+	// A borrowed device stays open: release the rest one by one.
+	if s.mr != nil {
+		s.mr.Dereg()
+	}
+	if s.ah != nil {
+		s.ah.Destroy()
+	}
+	if s.pd != nil {
+		s.pd.Dealloc()
+	}
 }
 
 // uintptrOf is the address of b's first byte.
