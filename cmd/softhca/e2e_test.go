@@ -63,6 +63,9 @@ func TestMain(m *testing.M) {
 	os.Setenv("XDG_RUNTIME_DIR", rt)
 	code := m.Run()
 	os.RemoveAll(rt)
+	if libDir != "" {
+		os.RemoveAll(libDir)
+	}
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}
@@ -91,8 +94,10 @@ type daemonProc struct {
 func startDaemon(t *testing.T, args ...string) *daemonProc {
 	t.Helper()
 	bin := softhcaBinary(t)
-	d := &daemonProc{control: filepath.Join(t.TempDir(), "e2e.sock"), stderr: &syncBuffer{}, done: make(chan error, 1)}
-	d.cmd = exec.Command(bin, append([]string{"serve", "--control", d.control}, args...)...)
+	// The default control socket, in the runtime directory TestMain
+	// made, where devinfo looks for daemons.
+	d := &daemonProc{control: control.SocketPath("softhca0"), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	d.cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
 	d.cmd.Stderr = d.stderr
 	stdout, err := d.cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -144,14 +149,60 @@ func (d *daemonProc) stop(t *testing.T) int {
 	}
 }
 
+var (
+	libOnce sync.Once
+	libDir  string
+	libErr  error
+)
+
+// dropInLibrary builds the drop-in libibverbs.so.1 once per test binary.
+func dropInLibrary() (string, error) {
+	libOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "softhca-e2e-lib-") // shared by all tests; TestMain removes it
+		if err != nil {
+			libErr = err
+			return
+		}
+		libDir = dir
+		libErr = buildDropIn(dir)
+	})
+	return libDir, libErr
+}
+
+// e2eAddrs are the test's addresses: the daemon on 127.0.0.1, the
+// clients' devices on 127.0.0.2, each on a free UDP port.
+type e2eAddrs struct {
+	daemonPort, clientPort int
+	pingpongPort, perfPort int
+	longPort               int // a pingpong responder whose runs outlast the test
+}
+
+func (a e2eAddrs) listen() string { return fmt.Sprintf("127.0.0.1:%d", a.daemonPort) }
+
+// clientDevice are softhca pingpong's and perf's flags for the client's
+// device.
+func (a e2eAddrs) clientDevice() []string {
+	return []string{"--addr", fmt.Sprintf("127.0.0.2:%d", a.clientPort), "--peer-port", fmt.Sprint(a.daemonPort)}
+}
+
+// runDevice are softhca run's flags for an unmodified program's device.
+func (a e2eAddrs) runDevice(lib string) []string {
+	return []string{"run", "--addr", "127.0.0.2", "--port", fmt.Sprint(a.clientPort), "--peer-port", fmt.Sprint(a.daemonPort), "--lib", lib, "--"}
+}
+
 func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the softhca binary")
 	}
-	port := freeUDPPort(t, "127.0.0.1")
-	listen := fmt.Sprintf("127.0.0.1:%d", port)
-	d := startDaemon(t, "--listen", listen, "--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
-		"--region", "tgt:64K:rwa", "--log-format", "json")
+	a := e2eAddrs{daemonPort: freeUDPPort(t, "127.0.0.1"), clientPort: freeUDPPort(t, "127.0.0.2"),
+		pingpongPort: freeTCPPort(t), perfPort: freeTCPPort(t), longPort: freeTCPPort(t)}
+	listen := a.listen()
+	pp := fmt.Sprintf("rc -g 1 -n 100 -s 4096 -p %d", a.pingpongPort)
+	pf := fmt.Sprintf("write_bw -n 200 -s 65536 -p %d", a.perfPort)
+	long := fmt.Sprintf("rc -g 1 -n 100000000 -s 64 -p %d", a.longPort)
+	d := startDaemon(t, "--listen", listen, "--peer-port", fmt.Sprint(a.clientPort), "--http", "127.0.0.1:0",
+		"--metrics", "127.0.0.1:0", "--region", "tgt:64K:rwa", "--log-format", "json",
+		"--pingpong", pp, "--perftest", pf, "--pingpong", long)
 	require.Contains(t, d.banner, "softhca serve: softhca0 on UDP "+listen)
 
 	// A second daemon on the same address fails at once, with exit status 3.
@@ -159,12 +210,63 @@ func TestEndToEnd(t *testing.T) {
 	require.Equal(t, exitInUse, code, errs)
 	require.Contains(t, errs, "UDP "+listen+" is in use")
 
-	// The clients, text and JSON.
+	// A trace of the first exchange, as pcap.
 	ctl := "--control=" + d.control
-	code, out, errs := runBinary(t, "status", ctl)
+	pcapFile := filepath.Join(t.TempDir(), "e2e.pcap")
+	trace := exec.Command(softhcaBinary(t), "trace", ctl, "-c", "4", "-w", pcapFile)
+	var traceOut, traceErr strings.Builder
+	trace.Stdout, trace.Stderr = &traceOut, &traceErr
+	require.NoError(t, trace.Start())
+	t.Cleanup(func() { _ = trace.Process.Kill() })
+
+	// softhca's clients against the responders, twice for pingpong.
+	for i := range 2 {
+		code, out, errs := runBinary(t, append(append([]string{"pingpong"}, strings.Fields(pp)...), append(a.clientDevice(), "127.0.0.1")...)...)
+		require.Equal(t, 0, code, "pingpong %d: %s%s\ndaemon: %s", i, out, errs, d.stderr)
+		require.Contains(t, out, "100 iters in")
+	}
+	code, out, errs := runBinary(t, append(append([]string{"perf"}, strings.Fields(pf)...), append(a.clientDevice(), "127.0.0.1")...)...)
+	require.Equal(t, 0, code, "perf: %s%s\ndaemon: %s", out, errs, d.stderr)
+	require.Contains(t, out, " 65536      200 ")
+
+	require.NoError(t, trace.Wait(), traceErr.String())
+	lines := strings.Split(strings.TrimSpace(traceOut.String()), "\n")
+	require.Len(t, lines, 4, traceOut.String())
+	for _, l := range lines {
+		require.Regexp(t, `ms  127\.0\.0\.1:\d+ (->|<-) 127\.0\.0\.2:\d+  RC `, l)
+	}
+	fi, err := os.Stat(pcapFile)
+	require.NoError(t, err)
+	require.Greater(t, fi.Size(), int64(24+4*(16+60)), "a pcap header and four frames")
+
+	// rdma-core's and perftest's unmodified clients, through the drop-in
+	// library, where the tools and a C compiler are installed.
+	t.Run("unmodified", func(t *testing.T) {
+		for _, tool := range []string{"ibv_rc_pingpong", "ib_write_bw"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				skipOrFail(t, tool+" is not installed (apt-get install ibverbs-utils perftest)")
+			}
+		}
+		lib, err := dropInLibrary()
+		if err != nil {
+			skipOrFail(t, "cannot build the drop-in libibverbs.so.1 (needs gcc and libibverbs-dev): "+err.Error())
+		}
+		code, out, errs := runBinary(t, append(a.runDevice(lib), "ibv_rc_pingpong", "-g", "1", "-n", "100", "-s", "4096",
+			"-p", fmt.Sprint(a.pingpongPort), "127.0.0.1")...)
+		require.Equal(t, 0, code, "ibv_rc_pingpong: %s%s\ndaemon: %s", out, errs, d.stderr)
+		require.Contains(t, out, "100 iters in")
+		code, out, errs = runBinary(t, append(a.runDevice(lib), "ib_write_bw", "-n", "200", "-s", "65536",
+			"-p", fmt.Sprint(a.perfPort), "127.0.0.1")...)
+		require.Equal(t, 0, code, "ib_write_bw: %s%s\ndaemon: %s", out, errs, d.stderr)
+		require.Contains(t, out, " 65536      200 ")
+	})
+
+	// The clients, text and JSON.
+	code, out, errs = runBinary(t, "status", ctl)
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, "softhca0: serving on UDP "+listen)
 	require.Contains(t, out, "region    tgt addr 0x")
+	require.Regexp(t, `service   pingpong rc .* \([1-9]\d* served\)`, out)
 	code, out, _ = runBinary(t, "status", "-j", ctl)
 	require.Equal(t, 0, code)
 	var st control.Status
@@ -172,15 +274,23 @@ func TestEndToEnd(t *testing.T) {
 	require.Equal(t, listen, st.Listen)
 	require.NotEmpty(t, st.HTTP)
 	require.NotEmpty(t, st.Metrics)
+	require.GreaterOrEqual(t, st.Services[0].Served, uint64(2))
+	require.GreaterOrEqual(t, st.Services[1].Served, uint64(1))
 	code, out, _ = runBinary(t, "res", "mr", ctl)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "dev softhca0 rkey ")
 	require.Contains(t, out, "mrlen 65536 pdn 1 name tgt")
+	code, out, _ = runBinary(t, "stat", ctl)
+	require.Equal(t, 0, code)
+	require.Regexp(t, `^link softhca0/1 sent_pkts [1-9]\d* rcvd_pkts [1-9]\d* `, out)
 	code, out, _ = runBinary(t, "stat", "-j", ctl)
 	require.Equal(t, 0, code)
 	var stat control.Stat
 	require.NoError(t, json.Unmarshal([]byte(out), &stat))
-	require.Equal(t, "softhca0", stat.Device)
+	require.Positive(t, stat.Counters["rcvd_pkts"])
+	code, out, _ = runBinary(t, "devinfo", "-v", "-d", "softhca0")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "GID[  1]:\t\t::ffff:127.0.0.1, RoCE v2") // the daemon's device
 
 	// The web page and the metrics.
 	resp, err := http.Get("http://" + st.HTTP + "/")
@@ -191,11 +301,44 @@ func TestEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	require.Contains(t, string(body), `softhca_objects{device="softhca0",kind="mr"} 1`)
+	// (The pingpong responder's next run has its objects made already,
+	// as rdma-core's server makes them before it waits for a client.)
+	require.Regexp(t, `softhca_objects\{device="softhca0",kind="mr"\} [1-9]`, string(body))
+	require.Regexp(t, `softhca_rcvd_pkts_total\{device="softhca0"\} [1-9]`, string(body))
 
-	// SIGTERM: exit 0, the socket removed, the stop logged.
+	// A client still running when the daemon stops: its QP on the
+	// daemon's side is connected (res shows it in RTS) when SIGTERM
+	// comes; the daemon flushes it, finds every work request completed,
+	// exits 0 and removes its socket.
+	longCli := exec.Command(softhcaBinary(t), append(append([]string{"pingpong"}, strings.Fields(long)...), append(a.clientDevice(), "127.0.0.1")...)...)
+	longOut, err := longCli.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, longCli.Start())
+	t.Cleanup(func() { _ = longCli.Process.Kill(); _ = longCli.Wait() })
+	br := bufio.NewReader(longOut)
+	for {
+		line, err := br.ReadString('\n')
+		require.NoError(t, err, "the long pingpong ended before it connected")
+		if strings.Contains(line, "remote address") {
+			break // the client connected its QP: the daemon's is in RTR or RTS
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, br) }()
+	code, out, _ = runBinary(t, "res", "qp", "-j", ctl)
+	require.Equal(t, 0, code)
+	var qps []control.QP
+	require.NoError(t, json.Unmarshal([]byte(out), &qps))
+	// The long pingpong's QP, and the one the first responder's next run
+	// made while it waits for a client (as rdma-core's server does).
+	states := map[string]int{}
+	for _, q := range qps {
+		states[q.State]++
+	}
+	require.Equal(t, map[string]int{"RTS": 1, "INIT": 1}, states, out)
 	require.Equal(t, 0, d.stop(t), d.stderr.String())
 	_, err = os.Stat(d.control)
 	require.ErrorIs(t, err, os.ErrNotExist)
-	require.Contains(t, d.stderr.String(), `"msg":"stopped"`)
+	logs := d.stderr.String()
+	require.Contains(t, logs, `"msg":"flushed","qps":2,"outstanding_wrs":0,"cq_overruns":0`)
+	require.Contains(t, logs, `"msg":"stopped"`)
 }

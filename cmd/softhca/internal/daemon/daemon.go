@@ -12,11 +12,11 @@
 // pingpong and perftest responders), the servers one per connection. The
 // device's own goroutines (the transport) call the tracer's hook for
 // every packet; it only copies the packet into a fixed ring. Stop, from
-// any goroutine, runs the shutdown once: the services stop taking
-// clients; the device closes, which moves every QP to the error state
-// (each outstanding work request completes with a flush error, which the
-// services' runs see) and closes its link; then the runs, the streams and
-// the servers end, and the control socket is removed.
+// any goroutine, runs the shutdown once: the device closes, which moves
+// every QP to the error state (each outstanding work request completes
+// with a flush error, which the services' runs see) and closes its link;
+// the services stop taking clients; then the runs, the streams and the
+// servers end, and the control socket is removed.
 package daemon
 
 import (
@@ -283,19 +283,23 @@ func (d *Daemon) Stop() error {
 }
 
 // closeAll closes whatever is open, in the order that delivers every
-// completion: no new service client; the device closes (every QP moves
-// to the error state and each outstanding work request completes with a
-// flush error, which the services' runs see); then the runs and the
-// streams end and the servers close.
+// completion: the device closes first (every QP moves to the error state
+// and each outstanding work request completes with a flush error, which
+// the services' runs see; a run waiting for its client holds posted
+// receives too); then no new service client, the runs and the streams
+// end and the servers close.
 func (d *Daemon) closeAll() {
 	d.stopping.Store(true)
-	d.closeServiceListeners()
 	if d.dev != nil {
+		// The QPs alive now, all of which the close flushes (a service's
+		// run may destroy its own once it sees the flush).
+		qps := len(d.dev.Resources().QPs)
 		if err := d.dev.Close(); err != nil {
 			d.log.Warn("closing the device", "err", err)
 		}
-		d.flushErr = d.checkFlushed()
+		d.flushErr = d.checkFlushed(qps)
 	}
+	d.closeServiceListeners()
 	d.stopCancel()
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 	defer cancel()
@@ -314,10 +318,11 @@ func (d *Daemon) closeAll() {
 }
 
 // checkFlushed checks, once the device is closed, that every work
-// request was completed: no QP holds an outstanding one (the flush
-// completed each, signaled or not, with an error) and no CQ overran
-// (which would have lost completions). It logs what it found.
-func (d *Daemon) checkFlushed() error {
+// request of the qps QPs alive before the close was completed: no QP
+// holds an outstanding one (the flush completed each, signaled or not,
+// with an error) and no CQ overran (which would have lost completions).
+// It logs what it found.
+func (d *Daemon) checkFlushed(qps int) error {
 	r := d.dev.Resources()
 	var outstanding, unpolled, overruns int
 	for _, q := range r.QPs {
@@ -329,7 +334,7 @@ func (d *Daemon) checkFlushed() error {
 			overruns++
 		}
 	}
-	d.log.Info("flushed", "qps", len(r.QPs), "outstanding_wrs", outstanding, "cq_overruns", overruns, "completions_unpolled", unpolled)
+	d.log.Info("flushed", "qps", qps, "outstanding_wrs", outstanding, "cq_overruns", overruns, "completions_unpolled", unpolled)
 	if outstanding > 0 || overruns > 0 {
 		return fmt.Errorf("after the flush %d work requests were outstanding and %d CQs had overrun: completions were lost", outstanding, overruns)
 	}
