@@ -145,6 +145,27 @@ func TestWebPage(t *testing.T) {
 		require.True(t, hasLine(lines, "sent", ack), "no line for QP %#x's ACK matching %s in\n%s", p.srv.qp.Num(), ack, lines)
 	}
 
+	// GIDs and addresses in every form the daemon writes them (the GIDs'
+	// as ibv_devinfo -v writes them, or as eight groups) compare as one.
+	for in, want := range map[string]string{
+		`gidAddr("::ffff:127.0.0.2")`:                            "127.0.0.2",
+		`gidAddr("0000:0000:0000:0000:0000:ffff:7f00:0002")`:     "127.0.0.2",
+		`gidAddr("fe80::1")`:                                     "fe80::1",
+		`ipText("fe80:0000:0000:0000:0000:0000:0000:0001")`:      "fe80:0:0:0:0:0:0:1",
+		`ipText("fe80::1")`:                                      "fe80:0:0:0:0:0:0:1",
+		`hostOf("[fe80::1%eth0]:4791")`:                          "fe80:0:0:0:0:0:0:1",
+		`hostOf("[::ffff:10.0.0.1]:4791")`:                       "10.0.0.1",
+		`hostOf("10.0.0.1:4791")`:                                "10.0.0.1",
+		`ipText("::")`:                                           "0:0:0:0:0:0:0:0",
+		`ipText("1::2::3")`:                                      "1::2::3",
+		`ipText("not an address")`:                               "not an address",
+		`ipText("0000:0000:0000:0000:0000:0000:0000:0000:0000")`: "0000:0000:0000:0000:0000:0000:0000:0000:0000",
+	} {
+		var got string
+		require.NoError(t, json.Unmarshal(page.eval(t, in), &got), in)
+		require.Equal(t, want, got, in)
+	}
+
 	// The device: its address, its regions with their keys, markup in a
 	// name shown as text.
 	require.Contains(t, dom, `<td data-field="listen" class="mono">`+d.Listen().String()+`</td>`)
