@@ -169,6 +169,7 @@ func TestWebPage(t *testing.T) {
 	// The device: its address, its regions with their keys, markup in a
 	// name shown as text.
 	require.Contains(t, dom, `<td data-field="listen" class="mono">`+d.Listen().String()+`</td>`)
+	require.Contains(t, dom, `<td data-field="services">none</td>`)
 	st := d.Status()
 	require.Contains(t, dom, fmt.Sprintf(`<td data-field="rkey" class="mono">%#x</td>`, st.Regions[0].RKey))
 	require.Contains(t, dom, fmt.Sprintf(`<td data-field="addr" class="mono">%#x</td>`, st.Regions[0].Addr))
