@@ -39,7 +39,7 @@ type Status struct {
 type Service struct {
 	Name   string `json:"name"`
 	Listen string `json:"listen"`
-	// Served counts the clients it has served.
+	// Served counts the clients it has accepted.
 	Served uint64 `json:"served"`
 }
 

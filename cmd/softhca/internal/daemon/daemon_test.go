@@ -384,3 +384,29 @@ func TestDuplicateRegion(t *testing.T) {
 	require.ErrorIs(t, err, syscall.EINVAL)
 	require.True(t, strings.Contains(err.Error(), `region "a" is named twice`), err.Error())
 }
+
+// TestHTTPHostCheck: a request whose Host is a foreign name (a DNS
+// rebinding page in the user's browser) is refused; IP addresses,
+// localhost and the machine's name pass.
+func TestHTTPHostCheck(t *testing.T) {
+	d := start(t, func(c *daemon.Config) { c.HTTP = "127.0.0.1:0" })
+	hostname, _ := os.Hostname()
+	for host, want := range map[string]int{
+		"evil.example:8791":   http.StatusForbidden,
+		"evil.example":        http.StatusForbidden,
+		"localhost.evil.test": http.StatusForbidden,
+		"127.0.0.1:8791":      http.StatusOK,
+		"[::1]:8791":          http.StatusOK,
+		"localhost:8791":      http.StatusOK,
+		"LOCALHOST.":          http.StatusOK,
+		hostname:              http.StatusOK,
+	} {
+		req, err := http.NewRequest("GET", "http://"+d.HTTPAddr()+"/api/status", nil)
+		require.NoError(t, err)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode, "Host %q", host)
+	}
+}

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/softhca/softhca/cmd/softhca/internal/control"
@@ -64,7 +67,29 @@ func (d *Daemon) httpHandler() http.Handler {
 		writeJSON(w, v)
 	})
 	mux.HandleFunc("GET /api/trace", d.serveTraceSSE)
-	return mux
+	return hostCheck(mux)
+}
+
+// hostCheck refuses requests whose Host is a name other than localhost
+// or this machine's: a web site the user visits could otherwise point
+// its own name at 127.0.0.1 (DNS rebinding) and read the API (the
+// regions' addresses and rkeys) through the user's browser. An IP
+// address as Host is what a user types (or a script uses) and passes.
+func hostCheck(next http.Handler) http.Handler {
+	hostname, _ := os.Hostname()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+		_, ipErr := netip.ParseAddr(host)
+		if ipErr != nil && !strings.EqualFold(host, "localhost") && (hostname == "" || !strings.EqualFold(host, hostname)) {
+			http.Error(w, fmt.Sprintf("Host %q is not this machine: open the page by its IP address or localhost", r.Host), http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -117,7 +142,8 @@ func (d *Daemon) serveTraceSSE(w http.ResponseWriter, r *http.Request) {
 	})
 	var ce *control.Error
 	if errors.As(err, &ce) {
-		fmt.Fprintf(w, "event: error\ndata: %q\n\n", ce.Message)
+		b, _ := json.Marshal(ce.Message) // a JSON string: one line, whatever the message holds
+		fmt.Fprintf(w, "event: error\ndata: %s\n\n", b)
 		fl.Flush()
 	}
 }

@@ -36,7 +36,7 @@ type Service struct {
 type service struct {
 	Service
 	ln     *net.TCPListener
-	served atomic.Uint64
+	served atomic.Uint64 // clients accepted
 }
 
 // startServices listens on every service's address; the loops start
@@ -67,12 +67,11 @@ func (d *Daemon) serveLoop(sv *service) {
 	out := &logWriter{log: log}
 	for !d.stopping.Load() {
 		_ = sv.ln.SetDeadline(time.Time{})
-		err := sv.Run(d.stopCtx, d.dev, runListener{sv.ln}, out)
+		err := sv.Run(d.stopCtx, d.dev, runListener{sv.ln, &sv.served}, out)
 		out.flush()
 		if d.stopping.Load() {
 			return
 		}
-		sv.served.Add(1)
 		if err != nil {
 			log.Warn("client failed", "err", err)
 		} else {
@@ -102,7 +101,20 @@ func (d *Daemon) serviceList() []control.Service {
 // (a tool closes its listener after accepting its one client, or to end
 // an accept when its context ends) only ends the run's accept, so that
 // the next run accepts on the same socket.
-type runListener struct{ *net.TCPListener }
+// It counts the clients it accepts (a client's exchange cannot end
+// before its server accepted it, so a client that finished is counted).
+type runListener struct {
+	*net.TCPListener
+	accepted *atomic.Uint64
+}
+
+func (l runListener) Accept() (net.Conn, error) {
+	c, err := l.TCPListener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
 
 func (l runListener) Close() error { return l.SetDeadline(time.Unix(1, 0)) }
 
