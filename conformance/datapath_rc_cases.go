@@ -56,6 +56,12 @@ func init() {
 			Label: Spec,
 			Run:   dpRCZeroLength,
 		},
+		Case{
+			Name:  "query_qp/psns-after-traffic",
+			Cite:  `ibv_query_qp(3): sq_psn "PSN for send queue", rq_psn "PSN for receive queue" (ibv_modify_qp(3) sets them as the first PSNs); the page does not say whether a query reports the values set or the PSNs the QP sends and expects next; rxe reports the latter (rxe_qp_to_attr: req.psn and resp.psn), and so does softhca`,
+			Label: ImplementationDefined,
+			Run:   dpQueryPSNs,
+		},
 		dpMTUCase(verbs.MTU256),
 		dpMTUCase(verbs.MTU1024),
 		dpMTUCase(verbs.MTU4096),
@@ -406,4 +412,25 @@ func dpAtomicConcurrent(t *T, d Device) {
 			t.Fatalf("fetched values are not base..base+%d, each once: sorted value %d is base%+d", 2*n-1, i, int64(v-base))
 		}
 	}
+}
+
+// dpQueryPSNs: a 3000-byte SEND at path MTU 1024 is three packets; after
+// it, the sender's sq_psn and the receiver's rq_psn have moved on by
+// three, and the directions that carried nothing did not move.
+func dpQueryPSNs(t *T, d Device) {
+	a, b := dpOpen(t)
+	o := dpOpts{MTU: verbs.MTU1024, PSN: 0x100}
+	qa, qb := dpConnect1(t, a, b, o)
+	dpRecv(t, qb, 0x91, b.MR.SGE(0, 4096))
+	dpPost(t, qa, dpSend(0x92, verbs.WRSend, verbs.SendSignaled, a.MR.SGE(0, 3000)))
+	dpExpectOK(t, dpWait1(t, a.SCQ, "sender", a, b), 0x92, verbs.WCSend, "sender completion")
+	dpExpectOK(t, dpWait1(t, b.RCQ, "receiver", a, b), 0x91, verbs.WCRecv, "receive completion")
+	sa, err := qa.Query(verbs.AttrSQPSN | verbs.AttrRQPSN)
+	ExpectOK(t, err, "query_qp (sender)")
+	sb, err := qb.Query(verbs.AttrSQPSN | verbs.AttrRQPSN)
+	ExpectOK(t, err, "query_qp (receiver)")
+	Expect(t, sa.SQPSN, uint32(0x103), "the sender's sq_psn after three packets")
+	Expect(t, sb.RQPSN, uint32(0x103), "the receiver's rq_psn after three packets")
+	Expect(t, sa.RQPSN, uint32(0x100), "the sender's rq_psn (nothing received)")
+	Expect(t, sb.SQPSN, uint32(0x100), "the receiver's sq_psn (nothing sent: ACKs carry the requester's PSN)")
 }

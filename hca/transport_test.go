@@ -451,3 +451,32 @@ func TestDestroyAfterClose(t *testing.T) {
 		})
 	}
 }
+
+// TestQueryLivePSNs: once a QP runs, query_qp's sq_psn is the PSN it
+// sends next and rq_psn the PSN it expects next, as rxe reports them
+// (rxe_qp_to_attr), not the values it was connected with; RESET brings
+// back the attributes' defaults.
+func TestQueryLivePSNs(t *testing.T) {
+	a, b := pair(t)
+	connect(t, a, b, verbs.QPTypeRC, verbs.MTU1024) // both start at PSN 100
+	require.Equal(t, uint32(100), a.qp.Query().SQPSN)
+	require.Equal(t, uint32(100), b.qp.Query().RQPSN)
+	_, err := b.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{b.mr.SGE(0, 4096)}})
+	require.NoError(t, err)
+	_, err = a.qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(0, 3000)}}) // three packets at MTU 1024
+	require.NoError(t, err)
+	require.Equal(t, verbs.WCSuccess, waitWC(t, a, 1)[0].Status)
+	require.Equal(t, verbs.WCSuccess, waitWC(t, b, 1)[0].Status)
+	require.Equal(t, uint32(103), a.qp.Query().SQPSN)
+	require.Equal(t, uint32(103), b.qp.Query().RQPSN)
+	require.Equal(t, uint32(100), a.qp.Query().RQPSN, "a received nothing")
+	// After RESET, the defaults: the requester no longer runs.
+	require.NoError(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateReset}, verbs.AttrState))
+	require.NoError(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
+	q := a.qp.Query()
+	require.Equal(t, verbs.QPStateInit, q.QPState)
+	require.Zero(t, q.SQPSN)
+	require.Zero(t, q.RQPSN)
+}

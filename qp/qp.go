@@ -285,12 +285,24 @@ func (q *QP) DetachMcast() { q.mcast.Add(-1) }
 
 // Query returns the QP's attributes and its creation attributes
 // (ibv_query_qp). Every attribute is returned whatever the mask; as
-// libibverbs allows, the mask is only a hint.
+// libibverbs allows, the mask is only a hint. sq_psn and rq_psn are the
+// PSNs the QP sends and expects next once its requester (RTS) and
+// responder (RTR) run, as rxe reports them; before, the values given to
+// Modify.
 func (q *QP) Query() verbs.QPAttr {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	a := q.attr
 	a.CurQPState = a.QPState
+	// The PSNs as they are now, as rxe reports them (rxe_qp_to_attr:
+	// req.psn, resp.psn), once the requester and responder run.
+	sq, sqLive, rq, rqLive := q.tp.PSNs()
+	if sqLive {
+		a.SQPSN = sq
+	}
+	if rqLive {
+		a.RQPSN = rq
+	}
 	a.Cap = q.cfg.Cap
 	if q.srq != nil {
 		a.Cap.MaxRecvWR, a.Cap.MaxRecvSGE = 0, 0

@@ -100,6 +100,9 @@ type QP struct {
 	RecvCQ CQ
 
 	state verbs.QPState
+	// sqLive and rqLive: the requester (RTS) and the responder (RTR)
+	// have started since the last RESET, so their PSNs are the QP's.
+	sqLive, rqLive bool
 	// internal counts the requests in SQ that the transport issued on
 	// its own (Issue).
 	internal int
@@ -114,6 +117,15 @@ func (q *QP) State() verbs.QPState { return q.state }
 
 // Requester, Completer and Responder give the protocol parts' states
 // (for tests and inspection).
+// PSNs returns the PSN the requester sends next and the PSN the
+// responder expects next, which is what rxe's query_qp reports as sq_psn
+// and rq_psn, and whether each is live: the requester started (RTS) and
+// the responder started (RTR) since the last RESET. Before that the
+// values the QP was modified with stand.
+func (q *QP) PSNs() (sq uint32, sqLive bool, rq uint32, rqLive bool) {
+	return uint32(q.req.psn), q.sqLive, uint32(q.resp.epsn), q.rqLive
+}
+
 func (q *QP) Requester() RequesterState { return q.req.state }
 
 // Completer returns the completer's state.
@@ -141,15 +153,18 @@ func (q *QP) SetState(next verbs.QPState, rqPSN, sqPSN uint32) {
 		}
 		q.req, q.comp, q.resp, q.rate = Requester{}, Completer{}, Responder{}, rateControl{}
 		q.internal = 0
+		q.sqLive, q.rqLive = false, false
 	case verbs.QPStateInit:
 	case verbs.QPStateRTR:
 		if prev != verbs.QPStateRTR {
 			q.resp.start(q, wire.MakePSN(rqPSN))
+			q.rqLive = true
 		}
 	case verbs.QPStateRTS:
 		if prev == verbs.QPStateRTR {
 			q.req.start(q, wire.MakePSN(sqPSN))
 			q.comp.start(q)
+			q.sqLive = true
 		} else if q.req.state == RequesterInactive {
 			q.req.setState(RequesterSending)
 		}
