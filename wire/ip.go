@@ -92,7 +92,7 @@ func EncodeIPUDP(b []byte, n *Net, udpPayloadLen int) int {
 		s, d := n.Src.As4(), n.Dst.As4()
 		copy(b[12:16], s[:])
 		copy(b[16:20], d[:])
-		binary.BigEndian.PutUint16(b[10:], ipv4Checksum(b[:IPv4HeaderSize]))
+		binary.BigEndian.PutUint16(b[10:], IPv4Checksum(b[:IPv4HeaderSize]))
 	}
 	u := b[h:]
 	binary.BigEndian.PutUint16(u[0:], n.SrcPort)
@@ -102,9 +102,9 @@ func EncodeIPUDP(b []byte, n *Net, udpPayloadLen int) int {
 	return h + UDPHeaderSize
 }
 
-// ipv4Checksum is the RFC 791 header checksum of h (with its checksum
+// IPv4Checksum is the RFC 791 header checksum of h (with its checksum
 // field zero).
-func ipv4Checksum(h []byte) uint16 {
+func IPv4Checksum(h []byte) uint16 {
 	var s uint32
 	for i := 0; i+1 < len(h); i += 2 {
 		s += uint32(binary.BigEndian.Uint16(h[i:]))

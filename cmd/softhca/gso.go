@@ -161,23 +161,10 @@ func splitGSO(ip []byte, n *wire.Net) [][]byte {
 			binary.BigEndian.PutUint16(b[2:], uint16(wire.IPv4HeaderSize+udpLen))
 			binary.BigEndian.PutUint16(b[4:], n.ID+uint16(k))
 			binary.BigEndian.PutUint16(b[10:], 0)
-			binary.BigEndian.PutUint16(b[10:], ipv4HeaderChecksum(b[:wire.IPv4HeaderSize]))
+			binary.BigEndian.PutUint16(b[10:], wire.IPv4Checksum(b[:wire.IPv4HeaderSize]))
 		}
 		binary.BigEndian.PutUint16(b[hdr-4:], uint16(udpLen))
 		out = append(out, b)
 	}
 	return out
-}
-
-// ipv4HeaderChecksum is the RFC 791 checksum of an IPv4 header whose
-// checksum field is zero.
-func ipv4HeaderChecksum(h []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		s += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
 }

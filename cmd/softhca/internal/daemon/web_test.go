@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -292,7 +291,7 @@ func textOf(s string) string {
 type chromium struct {
 	cmd    *exec.Cmd
 	toB    *os.File
-	stderr lockedBuffer
+	stderr syncBuffer
 	exited chan error
 
 	mu      sync.Mutex
@@ -369,25 +368,6 @@ func launchChromium(t *testing.T, bin string) *chromium {
 	require.NoError(t, b.call(ctx, "", "Browser.getVersion", nil, &v), "chromium's stderr:\n%s", b.stderr.String())
 	t.Logf("browser: %s", v.Product)
 	return b
-}
-
-// lockedBuffer is a bytes.Buffer for a process's output, read while it
-// runs.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // read dispatches the browser's messages until the pipe closes.
