@@ -64,6 +64,9 @@ type QPInfo struct {
 	// SendQueued and RecvQueued are the work requests outstanding on
 	// the send and receive queues (RecvQueued is 0 with an SRQ).
 	SendQueued, RecvQueued int
+	// Counters are the QP's packets and transport events since it was
+	// created.
+	Counters QPCounters
 }
 
 // SRQInfo describes a shared receive queue.
@@ -104,7 +107,7 @@ func (d *Device) Resources() Resources {
 	}
 	for _, q := range qps {
 		qi := QPInfo{QPN: q.Num(), Type: q.qp.Type(), PD: q.pd.handle, SendCQ: q.send.num, RecvCQ: q.recv.num,
-			SQSigAll: q.qp.SQSigAll(), Attr: q.qp.Query(), SendQueued: q.qp.SendQueueLen()}
+			SQSigAll: q.qp.SQSigAll(), Attr: q.qp.Query(), SendQueued: q.qp.SendQueueLen(), Counters: q.qp.Counters()}
 		if q.srq != nil {
 			qi.SRQ = q.srq.num
 		} else {

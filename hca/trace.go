@@ -16,6 +16,10 @@ const (
 // retries, NAKs, and every dropped packet by named reason.
 type Stats = transport.Stats
 
+// QPCounters are a QP's own counters (QPInfo.Counters): its packets and
+// the transport events that concern it.
+type QPCounters = transport.QPCounters
+
 // Drop reasons an application may look up in Stats.Drops (the others are
 // named by Stats.DropNames and Stats.DropCounts).
 const (

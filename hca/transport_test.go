@@ -471,6 +471,14 @@ func TestQueryLivePSNs(t *testing.T) {
 	require.Equal(t, uint32(103), a.qp.Query().SQPSN)
 	require.Equal(t, uint32(103), b.qp.Query().RQPSN)
 	require.Equal(t, uint32(100), a.qp.Query().RQPSN, "a received nothing")
+	// The QPs' own counters: three packets one way, the ACKs back.
+	ca, cb := a.dev.Resources().QPs[0].Counters, b.dev.Resources().QPs[0].Counters
+	require.Equal(t, uint64(3), ca.TxPackets)
+	require.Equal(t, uint64(3), cb.RxPackets)
+	require.Positive(t, cb.TxPackets, "b's ACKs")
+	require.Equal(t, cb.TxPackets, ca.RxPackets)
+	require.Greater(t, ca.TxBytes, uint64(3000))
+	require.Zero(t, ca.Retransmits)
 	// After RESET, the defaults: the requester no longer runs.
 	require.NoError(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateReset}, verbs.AttrState))
 	require.NoError(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPStateInit, PortNum: 1},

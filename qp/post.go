@@ -276,6 +276,13 @@ func (q *QP) SendQueueLen() int {
 	return q.sq.Len()
 }
 
+// Counters returns the QP's counters (its packets and transport events).
+func (q *QP) Counters() transport.QPCounters {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.tp.Counters()
+}
+
 // RecvQueueLen returns how many receive requests are queued.
 func (q *QP) RecvQueueLen() int {
 	q.mu.Lock()

@@ -698,7 +698,7 @@ func (q *QP) sendCNP(env *Env) bool {
 	h.Encode(buf, 0)
 	size := h.PacketLen(0)
 	wire.Seal(&q.P.Path, buf[:size])
-	env.Out.Emit(size, &q.P.Path)
+	q.emit(env, size, &q.P.Path)
 	env.Stats.CNPsSent.Add(1)
 	return true
 }

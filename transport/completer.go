@@ -155,6 +155,7 @@ func (c *Completer) rnrNAK(q *QP, env *Env, psn wire.PSN, syn wire.Syndrome, fx 
 		return
 	}
 	env.Stats.RNRNAKsRecv.Add(1)
+	q.counts.RNRNAKsReceived++
 	if !spendRetry(&r.rnrRetries, verbs.WCRNRRetryExcErr, fx) {
 		return
 	}
@@ -181,6 +182,7 @@ func (c *Completer) nak(q *QP, env *Env, psn wire.PSN, code wire.NAKCode, fx *Ef
 	switch code {
 	case wire.NAKPSNSequenceError:
 		env.Stats.SeqNAKsRecv.Add(1)
+		q.counts.SeqNAKsReceived++
 		if psn.Diff(c.lastSeqNAK) <= 0 {
 			env.Stats.Drop(DropStaleResponse)
 			return

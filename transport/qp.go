@@ -100,6 +100,9 @@ type QP struct {
 	RecvCQ CQ
 
 	state verbs.QPState
+	// counts are the QP's own counters, kept for its life (RESET does
+	// not clear them).
+	counts QPCounters
 	// sqLive and rqLive: the requester (RTS) and the responder (RTR)
 	// have started since the last RESET, so their PSNs are the QP's.
 	sqLive, rqLive bool
@@ -117,6 +120,28 @@ func (q *QP) State() verbs.QPState { return q.state }
 
 // Requester, Completer and Responder give the protocol parts' states
 // (for tests and inspection).
+// QPCounters are a QP's own counters: its packets and the transport
+// events that concern it (the device's Stats count the same for all
+// QPs).
+type QPCounters struct {
+	TxPackets, TxBytes, RxPackets     uint64
+	Retransmits, RetransmittedPackets uint64 // go-back-N restarts; packets sent again
+	RetryTimeouts                     uint64
+	RNRNAKsSent, RNRNAKsReceived      uint64
+	SeqNAKsSent, SeqNAKsReceived      uint64
+}
+
+// Counters returns the QP's counters.
+func (q *QP) Counters() QPCounters { return q.counts }
+
+// emit hands the packet built in env.Out's buffer to the link and
+// counts it.
+func (q *QP) emit(env *Env, size int, dst *wire.Net) {
+	env.Out.Emit(size, dst)
+	q.counts.TxPackets++
+	q.counts.TxBytes += uint64(size)
+}
+
 // PSNs returns the PSN the requester sends next and the PSN the
 // responder expects next, which is what rxe's query_qp reports as sq_psn
 // and rq_psn, and whether each is live: the requester started (RTS) and
@@ -191,6 +216,7 @@ func (q *QP) ParamsChanged() { q.req.resetRetries(q) }
 // responses).
 func (q *QP) Receive(env *Env, p *wire.Packet) Effects {
 	var fx Effects
+	q.counts.RxPackets++
 	switch q.state {
 	case verbs.QPStateRTR, verbs.QPStateRTS, verbs.QPStateSQD, verbs.QPStateSQE:
 	default:

@@ -413,6 +413,7 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE, stops bool) bool {
 	}
 	if r.psn.Diff(r.maxPSN) < 0 {
 		env.Stats.RetxPackets.Add(1)
+		q.counts.RetransmittedPackets++
 	}
 	buf := env.Out.Buffer()
 	hl := h.Encode(buf, int(payload))
@@ -422,7 +423,7 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE, stops bool) bool {
 	}
 	size := h.PacketLen(int(payload))
 	wire.Seal(dst, buf[:size])
-	env.Out.Emit(size, dst)
+	q.emit(env, size, dst)
 	env.spend(size)
 	q.rate.sent(env, size)
 
@@ -590,6 +591,7 @@ func (r *Requester) timer(q *QP, env *Env, fx *Effects) {
 		return
 	}
 	env.Stats.RetryTimeouts.Add(1)
+	q.counts.RetryTimeouts++
 	r.win.congestion(env, r.ackPSN, r.maxPSN, true)
 	if !spendRetry(&r.retries, verbs.WCRetryExcErr, fx) {
 		return
@@ -631,6 +633,7 @@ func (r *Requester) goBack(q *QP, env *Env, psn wire.PSN) {
 			continue
 		}
 		env.Stats.Retransmits.Add(1)
+		q.counts.Retransmits++
 		switch {
 		case w.WR.Opcode == verbs.WRRDMARead:
 			psn = w.respNext

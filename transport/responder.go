@@ -181,6 +181,7 @@ func (r *Responder) receiveRC(q *QP, env *Env, p *wire.Packet, fx *Effects) {
 		if !r.nakSent {
 			r.nakSent = true
 			env.Stats.SeqNAKsSent.Add(1)
+			q.counts.SeqNAKsSent++
 			r.sendAck(q, env, r.epsn, wire.NAKSyndrome(wire.NAKPSNSequenceError))
 		}
 		return
@@ -296,6 +297,7 @@ func (r *Responder) send(q *QP, env *Env, p *wire.Packet, fx *Effects) bool {
 			// tries again after min_rnr_timer.
 			env.Stats.Drop(DropRNR)
 			env.Stats.RNRNAKsSent.Add(1)
+			q.counts.RNRNAKsSent++
 			r.nakSent = true
 			r.sendAck(q, env, psn, wire.RNRNAKSyndrome(q.P.MinRNRTimer))
 			return false
@@ -430,6 +432,7 @@ func (r *Responder) write(q *QP, env *Env, p *wire.Packet, reliable bool, fx *Ef
 		if reliable {
 			env.Stats.Drop(DropRNR)
 			env.Stats.RNRNAKsSent.Add(1)
+			q.counts.RNRNAKsSent++
 			r.nakSent = true
 			r.sendAck(q, env, psn, wire.RNRNAKSyndrome(q.P.MinRNRTimer))
 		} else {
@@ -595,7 +598,7 @@ func (r *Responder) runReadReply(q *QP, env *Env, fx *Effects) {
 		copy(buf[hl:], src)
 		size := h.PacketLen(int(n))
 		wire.Seal(&q.P.Path, buf[:size])
-		env.Out.Emit(size, &q.P.Path)
+		q.emit(env, size, &q.P.Path)
 		env.spend(size)
 		q.rate.sent(env, size)
 		if r.replyPSN.Diff(res.sentTo) < 0 {
@@ -737,7 +740,7 @@ func (r *Responder) emit(q *QP, env *Env, h *wire.Headers) {
 	h.Encode(buf, 0)
 	size := h.PacketLen(0)
 	wire.Seal(&q.P.Path, buf[:size])
-	env.Out.Emit(size, &q.P.Path)
+	q.emit(env, size, &q.P.Path)
 }
 
 // flushAck sends the coalesced ACK: one per batch acknowledges every

@@ -238,7 +238,8 @@ func printRes(w io.Writer, obj string, raw json.RawMessage) error {
 			if q.SRQN != 0 {
 				fmt.Fprintf(w, " srqn %d", q.SRQN)
 			}
-			fmt.Fprintf(w, " sq-outstanding %d rq-posted %d pid %d comm %s\n", q.SendQueued, q.RecvQueued, q.PID, q.Comm)
+			fmt.Fprintf(w, " sq-outstanding %d rq-posted %d tx-pkts %d rx-pkts %d retransmits %d pid %d comm %s\n",
+				q.SendQueued, q.RecvQueued, q.TxPackets, q.RxPackets, q.Retransmits, q.PID, q.Comm)
 		}
 	case "cq":
 		var cqs []control.CQ

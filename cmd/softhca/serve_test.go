@@ -109,7 +109,7 @@ func TestServeAndClients(t *testing.T) {
 	require.Equal(t, "0: lab0: pd 2 cq 1 qp 1 mr 1 srq 0\n", out)
 	code, out, _ = runCmd(t, "res", "qp", ctl)
 	require.Equal(t, exitOK, code)
-	require.Equal(t, fmt.Sprintf("link lab0/1 lqpn %d type UD state RESET sq-psn 0 pdn %d send-cqn 1 recv-cqn 1 sq-outstanding 0 rq-posted 0 pid %d comm softhca\n",
+	require.Equal(t, fmt.Sprintf("link lab0/1 lqpn %d type UD state RESET sq-psn 0 pdn %d send-cqn 1 recv-cqn 1 sq-outstanding 0 rq-posted 0 tx-pkts 0 rx-pkts 0 retransmits 0 pid %d comm softhca\n",
 		qp.Num(), pd.Handle(), os.Getpid()), out)
 	code, out, _ = runCmd(t, "res", "qp", "-j", ctl) // a flag after the object
 	require.Equal(t, exitOK, code)

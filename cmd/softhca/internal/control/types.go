@@ -113,10 +113,21 @@ type QP struct {
 	// prints GIDs (an IPv6 address).
 	DGID string `json:"dgid,omitempty"`
 	// SendQueued and RecvQueued are the work requests outstanding.
-	SendQueued int    `json:"sq_outstanding"`
-	RecvQueued int    `json:"rq_posted"`
-	PID        int    `json:"pid"`
-	Comm       string `json:"comm"`
+	SendQueued int `json:"sq_outstanding"`
+	RecvQueued int `json:"rq_posted"`
+	// The QP's own counters since it was created.
+	TxPackets       uint64 `json:"tx_pkts"`
+	TxBytes         uint64 `json:"tx_bytes"`
+	RxPackets       uint64 `json:"rx_pkts"`
+	Retransmits     uint64 `json:"retransmits"`
+	RetxPackets     uint64 `json:"retransmitted_pkts"`
+	RetryTimeouts   uint64 `json:"retry_timeouts"`
+	RNRNAKsSent     uint64 `json:"send_rnr_err"`
+	RNRNAKsReceived uint64 `json:"rcvd_rnr_err"`
+	SeqNAKsSent     uint64 `json:"seq_naks_sent"`
+	SeqNAKsReceived uint64 `json:"rcvd_seq_err"`
+	PID             int    `json:"pid"`
+	Comm            string `json:"comm"`
 }
 
 // SRQ is a shared receive queue (res srq).

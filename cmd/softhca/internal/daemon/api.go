@@ -139,6 +139,10 @@ func qpJSON(dev string, q hca.QPInfo) control.QP {
 		RQPSN: a.RQPSN, SQPSN: a.SQPSN, PathMigState: migState(a.PathMigState), PDN: q.PD,
 		SendCQN: q.SendCQ, RecvCQN: q.RecvCQ, SRQN: q.SRQ,
 		SendQueued: q.SendQueued, RecvQueued: q.RecvQueued, PID: pid, Comm: comm}
+	c := &q.Counters
+	j.TxPackets, j.TxBytes, j.RxPackets = c.TxPackets, c.TxBytes, c.RxPackets
+	j.Retransmits, j.RetxPackets, j.RetryTimeouts = c.Retransmits, c.RetransmittedPackets, c.RetryTimeouts
+	j.RNRNAKsSent, j.RNRNAKsReceived, j.SeqNAKsSent, j.SeqNAKsReceived = c.RNRNAKsSent, c.RNRNAKsReceived, c.SeqNAKsSent, c.SeqNAKsReceived
 	if q.Type != verbs.QPTypeUD && a.QPState >= verbs.QPStateRTR && a.QPState != verbs.QPStateErr {
 		j.RQPN = a.DestQPNum
 		if a.PathMTU.Valid() {

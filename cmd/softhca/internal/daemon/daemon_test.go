@@ -189,6 +189,8 @@ func TestStatusResStat(t *testing.T) {
 	require.Equal(t, 1, q.RecvQueued)
 	require.Equal(t, 1024, q.PathMTU)
 	require.Equal(t, "::ffff:127.0.0.2", q.DGID)
+	require.Equal(t, uint64(1), q.RxPackets, "the SEND")
+	require.Positive(t, q.TxPackets, "its ACK")
 	var mrs []control.MR
 	require.NoError(t, c.Call(ctx, control.Request{Op: control.OpRes, Object: "mr"}, &mrs))
 	require.Len(t, mrs, 2)
