@@ -59,7 +59,15 @@ type serveFlags struct {
 	shutdown                                 time.Duration
 	regions                                  regionList
 	services                                 []daemon.Service
+	attr                                     verbs.DeviceAttr // --limit
 }
+
+// limitList is the repeatable --limit flag.
+type limitList struct{ attr *verbs.DeviceAttr }
+
+func (l limitList) String() string { return "" }
+
+func (l limitList) Set(s string) error { return daemon.SetLimit(l.attr, s) }
 
 // regionList is the repeatable --region flag.
 type regionList []daemon.Region
@@ -83,6 +91,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.control, "control", "", "control socket `path` (default "+control.SocketPath("NAME")+")")
 	fs.StringVar(&f.httpAddr, "http", "127.0.0.1:8791", "`address` of the web page; \"\" for none")
 	fs.StringVar(&f.metrics, "metrics", "", "`address` of the Prometheus endpoint (/metrics); none by default")
+	fs.Var(limitList{&f.attr}, "limit", "lower a device limit `NAME=VALUE` (ibv_devinfo's names: "+strings.Join(daemon.LimitNames(), ", ")+"); repeatable")
 	fs.Var(&f.regions, "region", "a named target memory region `NAME:SIZE[:ACCESS]` (SIZE with K/M/G, ACCESS letters r, w, a; default rwa); repeatable")
 	fs.Var(serviceList{"pingpong", &f.services}, "pingpong", "a responder: softhca pingpong's server `ARGS` (\"rc -p 18515\"), served one client after another; repeatable")
 	fs.Var(serviceList{"perftest", &f.services}, "perftest", "a responder: softhca perf's server `ARGS` (\"write_bw -p 18516\"), served one client after another; repeatable")
@@ -207,7 +216,7 @@ func readConfigFile(path string) ([]byte, error) {
 func (f *serveFlags) daemonConfig(stderr io.Writer) (daemon.Config, *slog.Logger, error) {
 	cfg := daemon.Config{
 		Name: f.name, Control: f.control, HTTP: f.httpAddr, Metrics: f.metrics, Regions: f.regions, Services: f.services,
-		TraceRing: f.traceRing, ShutdownTimeout: f.shutdown, Version: softhcaVersion(),
+		TraceRing: f.traceRing, ShutdownTimeout: f.shutdown, Version: softhcaVersion(), Attr: f.attr,
 		Summarize: packetSummary,
 	}
 	if needsOneWorker(f.services) {

@@ -183,6 +183,7 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"--name", "a/b"}, `--name "a/b"`},
 		{[]string{"--peer-port", "0"}, "--peer-port 0"},
 		{[]string{"--trace-ring", "-1"}, "--trace-ring -1"},
+		{[]string{"--limit", "max_qp=0"}, "limit max_qp=0: want 1.."},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--config", filepath.Join(dir, "missing.conf")}, "missing.conf: no such file"},
 		{[]string{"--config", conf("listen 1.2.3.4\n")}, `:1: "listen 1.2.3.4": want key = value`},

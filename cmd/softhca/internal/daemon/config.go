@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
@@ -28,6 +29,9 @@ type Config struct {
 	// MTU is the port's active MTU; 0 derives it from the interface that
 	// holds the address, as rxe does.
 	MTU verbs.MTU
+	// Attr lowers device limits (SetLimit); zero fields keep hca's
+	// defaults.
+	Attr verbs.DeviceAttr
 	// Control is the control socket's path; empty: control.SocketPath(Name).
 	Control string
 	// HTTP is the web page's address (empty: none); Metrics the
@@ -196,4 +200,64 @@ func primaryAddr() (netip.Addr, error) {
 	defer c.Close()
 	ap := c.LocalAddr().(*net.UDPAddr).AddrPort()
 	return ap.Addr().Unmap(), nil
+}
+
+// limitFields are the device limits --limit may lower, by the names
+// ibv_devinfo -v prints them with.
+var limitFields = []struct {
+	name string
+	get  func(a *verbs.DeviceAttr) uint64
+	set  func(a *verbs.DeviceAttr, v uint64)
+}{
+	{"max_mr_size", func(a *verbs.DeviceAttr) uint64 { return a.MaxMRSize }, func(a *verbs.DeviceAttr, v uint64) { a.MaxMRSize = v }},
+	{"max_qp", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxQP) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxQP = uint32(v) }},
+	{"max_qp_wr", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxQPWR) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxQPWR = uint32(v) }},
+	{"max_sge", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxSGE) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxSGE = uint32(v) }},
+	{"max_cq", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxCQ) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxCQ = uint32(v) }},
+	{"max_cqe", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxCQE) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxCQE = uint32(v) }},
+	{"max_mr", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxMR) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxMR = uint32(v) }},
+	{"max_pd", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxPD) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxPD = uint32(v) }},
+	{"max_qp_rd_atom", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxQPRdAtom) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxQPRdAtom = uint32(v) }},
+	{"max_qp_init_rd_atom", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxQPInitRdAtom) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxQPInitRdAtom = uint32(v) }},
+	{"max_ah", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxAH) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxAH = uint32(v) }},
+	{"max_srq", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxSRQ) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxSRQ = uint32(v) }},
+	{"max_srq_wr", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxSRQWR) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxSRQWR = uint32(v) }},
+	{"max_srq_sge", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxSRQSGE) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxSRQSGE = uint32(v) }},
+	{"max_inline_data", func(a *verbs.DeviceAttr) uint64 { return uint64(a.MaxInlineData) }, func(a *verbs.DeviceAttr, v uint64) { a.MaxInlineData = uint32(v) }},
+}
+
+// LimitNames lists the limits SetLimit knows.
+func LimitNames() []string {
+	names := make([]string, len(limitFields))
+	for i, f := range limitFields {
+		names[i] = f.name
+	}
+	return names
+}
+
+// SetLimit parses NAME=VALUE (--limit max_qp=256) and lowers that device
+// limit in attr, whose zero fields stand for hca's defaults (rxe's
+// values). A limit can be lowered, not raised above the default: the
+// defaults are what softhca is built and tested for.
+func SetLimit(attr *verbs.DeviceAttr, s string) error {
+	name, val, ok := strings.Cut(s, "=")
+	if !ok {
+		return fmt.Errorf("limit %q: want NAME=VALUE, like max_qp=256", s)
+	}
+	def := hca.DefaultDeviceAttr()
+	for _, f := range limitFields {
+		if f.name != name {
+			continue
+		}
+		v, err := strconv.ParseUint(val, 0, 64)
+		if err != nil {
+			return fmt.Errorf("limit %s=%q: want a number", name, val)
+		}
+		if max := f.get(&def); v < 1 || v > max {
+			return fmt.Errorf("limit %s=%d: want 1..%d (a limit may be lowered, not raised above the default)", name, v, max)
+		}
+		f.set(attr, v)
+		return nil
+	}
+	return fmt.Errorf("limit %q: unknown; the limits are %s", name, strings.Join(LimitNames(), ", "))
 }

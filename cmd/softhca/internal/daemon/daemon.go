@@ -196,6 +196,7 @@ func (d *Daemon) openDevice() error {
 		Link:     l,
 		PeerPort: d.cfg.PeerPort,
 		PortAttr: verbs.PortAttr{ActiveMTU: mtu},
+		Attr:     d.cfg.Attr,
 		Workers:  d.cfg.Workers,
 	}
 	if ring > 0 {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/softhca/softhca/cmd/softhca/internal/control"
 	"github.com/softhca/softhca/cmd/softhca/internal/daemon"
+	"github.com/softhca/softhca/cmd/softhca/internal/devinfo"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link/udp"
 	"github.com/softhca/softhca/verbs"
@@ -411,4 +412,40 @@ func TestHTTPHostCheck(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, want, resp.StatusCode, "Host %q", host)
 	}
+}
+
+// TestLimits: --limit lowers a device limit, which the device enforces
+// and devinfo reports; names and values out of range are refused.
+func TestLimits(t *testing.T) {
+	var attr verbs.DeviceAttr
+	require.NoError(t, daemon.SetLimit(&attr, "max_qp=2"))
+	require.NoError(t, daemon.SetLimit(&attr, "max_mr_size=0x100000"))
+	for in, msg := range map[string]string{
+		"max_qp":            "want NAME=VALUE",
+		"max_frob=1":        `limit "max_frob": unknown; the limits are max_mr_size, max_qp,`,
+		"max_qp=x":          `want a number`,
+		"max_qp=0":          "want 1..",
+		"max_qp=2000000000": "not raised above the default",
+	} {
+		require.ErrorContains(t, daemon.SetLimit(&attr, in), msg, in)
+	}
+	d := start(t, func(c *daemon.Config) { c.Attr = attr })
+	dev := d.Device()
+	require.Equal(t, uint32(2), dev.QueryDevice().MaxQP)
+	require.Equal(t, uint64(1<<20), dev.QueryDevice().MaxMRSize)
+	require.Equal(t, uint32(hca.DefaultDeviceAttr().MaxCQ), dev.QueryDevice().MaxCQ, "the others keep their defaults")
+	pd, err := dev.AllocPD()
+	require.NoError(t, err)
+	cq, err := dev.CreateCQ(4, nil, nil, 0)
+	require.NoError(t, err)
+	caps := verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
+	for range 2 {
+		_, err := pd.CreateQP(&hca.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTypeRC, Cap: caps})
+		require.NoError(t, err)
+	}
+	_, err = pd.CreateQP(&hca.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTypeRC, Cap: caps})
+	require.ErrorIs(t, err, syscall.ENOMEM)
+	var dv devinfo.Device
+	require.NoError(t, dial(t, d).Call(context.Background(), control.Request{Op: control.OpDevinfo}, &dv))
+	require.Equal(t, uint32(2), dv.VerbsAttr().MaxQP)
 }
