@@ -433,7 +433,7 @@ func TestLimits(t *testing.T) {
 	dev := d.Device()
 	require.Equal(t, uint32(2), dev.QueryDevice().MaxQP)
 	require.Equal(t, uint64(1<<20), dev.QueryDevice().MaxMRSize)
-	require.Equal(t, uint32(hca.DefaultDeviceAttr().MaxCQ), dev.QueryDevice().MaxCQ, "the others keep their defaults")
+	require.Equal(t, hca.DefaultDeviceAttr().MaxCQ, dev.QueryDevice().MaxCQ, "the others keep their defaults")
 	pd, err := dev.AllocPD()
 	require.NoError(t, err)
 	cq, err := dev.CreateCQ(4, nil, nil, 0)
