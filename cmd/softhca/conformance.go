@@ -15,6 +15,23 @@ import (
 	"github.com/softhca/softhca/conformance/softhca"
 )
 
+const conformanceUsage = `usage: softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR] [--port-addrs IP,...]] [-report FILE.json]
+       softhca conformance report [-o FILE.md] RUN.json...
+
+Examples:
+
+  softhca conformance                           # every case against softhca, in process
+  softhca conformance -run '^create_ah/' -v     # some cases, with their citations
+  softhca conformance --target rdma:rxe0 -report rxe.json   # the kernel's rxe, through libibverbs
+  softhca conformance report -o conformance.md softhca.json rxe.json
+
+Exit status: 0 when every case passed or was skipped (or failed as its
+declared deviation), 1 when a case failed or passed unexpectedly or the
+-report file could not be written, 2 on usage errors.
+
+Flags:
+`
+
 // runConformance runs the conformance suite against a target (softhca in
 // process by default, or a libibverbs device through the verbs agent)
 // and prints one row per case and the summary line "N passed, N failed,
@@ -37,8 +54,7 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 	portAddrs := fs.String("port-addrs", "", "for rdma:DEVICE, the IP `addresses` of the device's port 1 in GID order from GID[1], comma-separated, so that the query_gid cases can check the GID table against them")
 	reportFile := fs.String("report", "", "also write the results as JSON to `FILE.json` (merge runs with 'softhca conformance report')")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR] [--port-addrs IP,...]] [-report FILE.json]")
-		fmt.Fprintln(stderr, "       softhca conformance report [-o FILE.md] RUN.json...")
+		fmt.Fprint(stderr, conformanceUsage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -40,6 +40,13 @@ sequence diagram.
 If the port is taken (by a kernel rdma_rxe, say), the demo tries other
 127.x addresses, then free ports, and says so; -port 0 picks free ports.
 
+Examples:
+
+  softhca demo                                  # A on 127.0.0.1, B on 127.0.0.2, UDP port 4791
+  softhca demo -port 0                          # free ports, when rxe or a daemon holds 4791
+  softhca demo -pcap demo.pcap -svg demo.svg    # keep the packets (softhca decode demo.pcap); draw the ladders
+  softhca demo -port 0 -addrs ::1,::1 -loss 0.2 # over IPv6, with retransmissions
+
 Exit status: 0 if every completion is successful and every data check
 passes, 1 otherwise, 2 on usage errors.
 

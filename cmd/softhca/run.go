@@ -28,6 +28,18 @@ the library reads. env prints those lines, to do the same by hand
 The library is build/libibverbs.so.1 (make libibverbs), found with --lib,
 $SOFTHCA_LIB, next to the softhca binary, or in ./build.
 
+Examples:
+
+  softhca run --addr 127.0.0.1 -- ibv_devinfo -v   # rdma-core's ibv_devinfo on the device
+  softhca run --addr 10.0.0.2 -- ib_write_bw -x 1 10.0.0.1   # perftest's client on the device
+  softhca env --addr 127.0.0.1                  # the same environment, as export lines
+  eval "$(softhca env --addr 127.0.0.1)" && ibv_devices
+
+Exit status: run exits with the program's status (128+N when signal N
+killed it, 127 when it could not be started); run and env exit 1 when
+softhca's libibverbs.so.1 is not found and 2 on usage errors; env exits
+0 when it printed the environment.
+
 Device flags:
 `
 
