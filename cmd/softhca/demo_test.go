@@ -402,6 +402,17 @@ func TestDemoUsage(t *testing.T) {
 	require.Contains(t, stdout, "usage: softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-svg FILE] [-loss P]")
 }
 
+// TestDemoMulticastAddrs: a multicast address for A is refused by name;
+// before, the net package bound it as 0.0.0.0, and the message blamed
+// that address.
+func TestDemoMulticastAddrs(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runCmd(t, "demo", "-port", "0", "-addrs", "224.0.0.1,224.0.0.2")
+	require.Equal(t, exitFailure, code, stderr)
+	require.Contains(t, stderr, "224.0.0.1 is not a unicast address")
+	require.NotContains(t, stderr, "0.0.0.0")
+}
+
 // TestDemoFailure makes step 2 fail (B's memory region is deregistered,
 // so the RDMA WRITE meets a remote access error): exit 1, a message that
 // says which step failed and why, and every goroutine stopped. It does not
