@@ -435,6 +435,10 @@ func parsePingpongArgs(args []string) (cfg pingpongArgs, help bool, err error) {
 	switch len(hosts) {
 	case 0:
 	case 1:
+		if hosts[0] == "" {
+			// Not the server: rdma-core's client fails to resolve "".
+			return cfg, false, usagef(`the host is "": name the server, or give no host to be the server`)
+		}
 		cfg.ServerName = hosts[0]
 	default:
 		return cfg, false, usagef("one host at most, got %q", hosts)
