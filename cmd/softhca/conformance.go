@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"text/tabwriter"
@@ -136,6 +138,14 @@ func conformanceTarget(name, agent, lib, portAddrs string) (conformance.Target, 
 		return &softhca.Target{}, nil
 	case !isRDMA || dev == "" || strings.ContainsAny(dev, "/ \t"):
 		return nil, fmt.Errorf("--target %q: want softhca or rdma:DEVICE (a libibverbs device name such as rxe0)", name)
+	}
+	if agent != "" {
+		var err error
+		if agent, err = agentPath(agent); err != nil {
+			return nil, err
+		}
+	}
+	switch {
 	case lib != "":
 		if portAddrs != "" {
 			return nil, fmt.Errorf("--port-addrs: the drop-in library's addresses are set by --lib's devices, not given")
@@ -157,4 +167,24 @@ func conformanceTarget(name, agent, lib, portAddrs string) (conformance.Target, 
 		return &rdma.AddrTarget{Target: rdma.Target{Device: dev, Agent: agent}, Addrs: addrs}, nil
 	}
 	return &rdma.Target{Device: dev, Agent: agent}, nil
+}
+
+// agentPath checks that --agent names an executable file and returns its
+// absolute path, so that a name without a slash is the file here, not a
+// program of that name found in $PATH.
+func agentPath(agent string) (string, error) {
+	fi, err := os.Stat(agent)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("--agent %q: %w", agent, err)
+	case fi.IsDir():
+		return "", fmt.Errorf("--agent %q: is a directory, not a prebuilt shca-verbs-agent", agent)
+	case fi.Mode()&0o111 == 0:
+		return "", fmt.Errorf("--agent %q: is not executable", agent)
+	}
+	abs, err := filepath.Abs(agent)
+	if err != nil {
+		return "", fmt.Errorf("--agent %q: %w", agent, err)
+	}
+	return abs, nil
 }
