@@ -66,6 +66,7 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "softhca conformance: unexpected argument %q (flags only; \"conformance report\" merges runs)\n", fs.Arg(0))
 		fs.Usage()
 		return exitUsage
 	}

@@ -91,6 +91,7 @@ func runConformanceReport(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "softhca conformance report: no report files given")
 		fs.Usage()
 		return exitUsage
 	}
@@ -122,6 +123,10 @@ func runConformanceReport(args []string, stdout, stderr io.Writer) int {
 }
 
 func readReportFile(path string) (*conformance.Report, error) {
+	if path == "" {
+		// os.Open would say "open : no such file or directory".
+		return nil, errors.New(`a report file named "" (an empty argument)`)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

@@ -25,8 +25,14 @@ func TestConformanceCommand(t *testing.T) {
 	out.Reset()
 	code = run([]string{"conformance", "-run", "("}, &out, &errb)
 	require.Equal(t, exitUsage, code)
+	errb.Reset()
 	code = run([]string{"conformance", "extra"}, &out, &errb)
 	require.Equal(t, exitUsage, code)
+	require.Contains(t, errb.String(), `softhca conformance: unexpected argument "extra"`)
+	errb.Reset()
+	code = run([]string{"conformance", "-run", "^query_device/", ""}, &out, &errb)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errb.String(), `softhca conformance: unexpected argument ""`)
 }
 
 func TestConformanceTargetFlags(t *testing.T) {
