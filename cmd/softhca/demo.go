@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,7 +102,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "softhca demo: unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		fmt.Fprintf(stderr, "softhca demo: unexpected argument %q (demo takes flags only)\n", fs.Arg(0))
 		fs.Usage()
 		return exitUsage
 	case *port < 0 || *port > 65535:
@@ -109,6 +110,10 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case !(*loss >= 0 && *loss <= 0.5):
 		fmt.Fprintf(stderr, "softhca demo: -loss %v is out of range 0..0.5\n", *loss)
+		return exitUsage
+	case *pcapFile != "" && filepath.Clean(*pcapFile) == filepath.Clean(*svgFile):
+		// Two writers at once would leave a file that is neither.
+		fmt.Fprintf(stderr, "softhca demo: -pcap and -svg name the same file %s\n", *pcapFile)
 		return exitUsage
 	}
 	addrA, addrB, err := parseDemoAddrs(*addrs)

@@ -369,6 +369,7 @@ func TestDemoPortBusy(t *testing.T) {
 
 func TestDemoUsage(t *testing.T) {
 	t.Parallel()
+	dir := t.TempDir()
 	tests := []struct {
 		name   string
 		args   []string
@@ -376,7 +377,9 @@ func TestDemoUsage(t *testing.T) {
 		stderr string
 	}{
 		{"help", []string{"-h"}, exitOK, "usage: softhca demo"},
-		{"extra argument", []string{"x"}, exitUsage, "unexpected arguments: x"},
+		{"extra argument", []string{"x"}, exitUsage, `unexpected argument "x"`},
+		{"empty argument", []string{""}, exitUsage, `unexpected argument ""`},
+		{"pcap is svg", []string{"-port", "0", "-pcap", filepath.Join(dir, "d.out"), "-svg", dir + "/./d.out"}, exitUsage, "-pcap and -svg name the same file " + filepath.Join(dir, "d.out")},
 		{"bad flag", []string{"-nope"}, exitUsage, "flag provided but not defined: -nope"},
 		{"port out of range", []string{"-port", "65536"}, exitUsage, "-port 65536 is not a UDP port"},
 		{"negative port", []string{"-port", "-1"}, exitUsage, "-port -1 is not a UDP port"},

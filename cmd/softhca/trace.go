@@ -92,7 +92,7 @@ func traceCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	switch {
 	case fs.NArg() > 0:
 		fs.Usage()
-		return usageErr("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return usageErr("unexpected argument %q (trace takes flags only)", fs.Arg(0))
 	case *name != "" && *sock != "":
 		return usageErr("-d and --control both name a daemon: give one")
 	case *count < 0:
