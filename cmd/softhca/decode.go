@@ -57,6 +57,13 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
+	for _, path := range fs.Args() {
+		if path == "" {
+			// os.Open would say "open : no such file or directory".
+			fmt.Fprintln(stderr, `softhca decode: a capture file named "" (an empty argument)`)
+			return exitUsage
+		}
+	}
 
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()

@@ -38,6 +38,7 @@ func TestDispatch(t *testing.T) {
 		{name: "conformance -h", args: []string{"conformance", "-h"}, code: exitOK, stderr: "usage: softhca conformance"},
 		{name: "conformance report -h", args: []string{"conformance", "report", "-h"}, code: exitOK, stderr: "usage: softhca conformance report"},
 		{name: "decode no files", args: []string{"decode"}, code: exitUsage, stderr: "no capture files"},
+		{name: "decode empty name", args: []string{"decode", ""}, code: exitUsage, stderr: `softhca decode: a capture file named "" (an empty argument)`},
 		{name: "decode bad flag", args: []string{"decode", "-nope", "x.pcap"}, code: exitUsage, stderr: "flag provided but not defined: -nope"},
 	}
 	for _, tc := range tests {

@@ -162,6 +162,11 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if status != exitOK || dir == "" {
 		return status
 	}
+	if fs.Arg(0) == "" {
+		// exec would say "exec: no command".
+		fmt.Fprintln(stderr, `softhca run: the program to run is named "" (an empty argument)`)
+		return 127
+	}
 	cmd := exec.Command(fs.Arg(0), fs.Args()[1:]...)
 	cmd.Env = append(os.Environ(), libEnv(s, dir)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
