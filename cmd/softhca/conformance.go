@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +16,23 @@ import (
 	"github.com/softhca/softhca/conformance/rdma"
 	"github.com/softhca/softhca/conformance/softhca"
 )
+
+const conformanceUsage = `usage: softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR] [--port-addrs IP,...]] [-report FILE.json]
+       softhca conformance report [-o FILE.md] RUN.json...
+
+Examples:
+
+  softhca conformance                           # every case against softhca, in process
+  softhca conformance -run '^create_ah/' -v     # some cases, with their citations
+  softhca conformance --target rdma:rxe0 -report rxe.json   # the kernel's rxe, through libibverbs
+  softhca conformance report -o conformance.md softhca.json rxe.json
+
+Exit status: 0 when every case passed or was skipped (or failed as its
+declared deviation), 1 when a case failed or passed unexpectedly or the
+-report file could not be written, 2 on usage errors.
+
+Flags:
+`
 
 // runConformance runs the conformance suite against a target (softhca in
 // process by default, or a libibverbs device through the verbs agent)
@@ -37,8 +56,7 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 	portAddrs := fs.String("port-addrs", "", "for rdma:DEVICE, the IP `addresses` of the device's port 1 in GID order from GID[1], comma-separated, so that the query_gid cases can check the GID table against them")
 	reportFile := fs.String("report", "", "also write the results as JSON to `FILE.json` (merge runs with 'softhca conformance report')")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: softhca conformance [-run REGEXP] [-v] [--target softhca|rdma:DEVICE [--agent PATH] [--lib DIR] [--port-addrs IP,...]] [-report FILE.json]")
-		fmt.Fprintln(stderr, "       softhca conformance report [-o FILE.md] RUN.json...")
+		fmt.Fprint(stderr, conformanceUsage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -48,6 +66,7 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "softhca conformance: unexpected argument %q (flags only; \"conformance report\" merges runs)\n", fs.Arg(0))
 		fs.Usage()
 		return exitUsage
 	}
@@ -120,6 +139,14 @@ func conformanceTarget(name, agent, lib, portAddrs string) (conformance.Target, 
 		return &softhca.Target{}, nil
 	case !isRDMA || dev == "" || strings.ContainsAny(dev, "/ \t"):
 		return nil, fmt.Errorf("--target %q: want softhca or rdma:DEVICE (a libibverbs device name such as rxe0)", name)
+	}
+	if agent != "" {
+		var err error
+		if agent, err = agentPath(agent); err != nil {
+			return nil, err
+		}
+	}
+	switch {
 	case lib != "":
 		if portAddrs != "" {
 			return nil, fmt.Errorf("--port-addrs: the drop-in library's addresses are set by --lib's devices, not given")
@@ -141,4 +168,24 @@ func conformanceTarget(name, agent, lib, portAddrs string) (conformance.Target, 
 		return &rdma.AddrTarget{Target: rdma.Target{Device: dev, Agent: agent}, Addrs: addrs}, nil
 	}
 	return &rdma.Target{Device: dev, Agent: agent}, nil
+}
+
+// agentPath checks that --agent names an executable file and returns its
+// absolute path, so that a name without a slash is the file here, not a
+// program of that name found in $PATH.
+func agentPath(agent string) (string, error) {
+	fi, err := os.Stat(agent)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("--agent %q: %w", agent, err)
+	case fi.IsDir():
+		return "", fmt.Errorf("--agent %q: is a directory, not a prebuilt shca-verbs-agent", agent)
+	case fi.Mode()&0o111 == 0:
+		return "", fmt.Errorf("--agent %q: is not executable", agent)
+	}
+	abs, err := filepath.Abs(agent)
+	if err != nil {
+		return "", fmt.Errorf("--agent %q: %w", agent, err)
+	}
+	return abs, nil
 }

@@ -56,6 +56,22 @@ func softhcaVersion() string {
 	return rev
 }
 
+const conformanceReportUsage = `usage: softhca conformance report [-o FILE.md] RUN.json...
+merges the reports of 'softhca conformance -report RUN.json' runs into one Markdown document
+
+Examples:
+
+  softhca conformance -report softhca.json      # a run against softhca, kept as JSON
+  softhca conformance --target rdma:rxe0 -report rxe.json
+  softhca conformance report softhca.json rxe.json   # the Markdown, on stdout
+  softhca conformance report -o conformance.md softhca.json rxe.json
+
+Exit status: 0 when the document was written, 1 when a report cannot be
+read or the document cannot be written, 2 on usage errors.
+
+Flags:
+`
+
 // runConformanceReport is "softhca conformance report [-o FILE.md]
 // RUN.json...": it merges the JSON reports of several runs (the same
 // suite against softhca's Go API, its drop-in libibverbs, rxe, ...) into
@@ -65,8 +81,7 @@ func runConformanceReport(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "write the Markdown to `FILE.md` instead of stdout")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: softhca conformance report [-o FILE.md] RUN.json...")
-		fmt.Fprintln(stderr, "merges the reports of 'softhca conformance -report RUN.json' runs into one Markdown document")
+		fmt.Fprint(stderr, conformanceReportUsage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -76,6 +91,7 @@ func runConformanceReport(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "softhca conformance report: no report files given")
 		fs.Usage()
 		return exitUsage
 	}
@@ -107,6 +123,10 @@ func runConformanceReport(args []string, stdout, stderr io.Writer) int {
 }
 
 func readReportFile(path string) (*conformance.Report, error) {
+	if path == "" {
+		// os.Open would say "open : no such file or directory".
+		return nil, errors.New(`a report file named "" (an empty argument)`)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

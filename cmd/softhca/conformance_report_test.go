@@ -66,8 +66,13 @@ func TestConformanceReportFlagAndMerge(t *testing.T) {
 	require.Contains(t, out.String(), "| `query_device/one-port` | ibv\\_query\\_device(3) | pass |  |")
 
 	// Errors: no file, a missing file, a file that is not a report.
+	errb.Reset()
 	require.Equal(t, exitUsage, run([]string{"conformance", "report"}, &out, &errb))
+	require.Contains(t, errb.String(), "softhca conformance report: no report files given")
 	require.Equal(t, exitFailure, run([]string{"conformance", "report", filepath.Join(dir, "none.json")}, &out, &errb))
+	errb.Reset()
+	require.Equal(t, exitFailure, run([]string{"conformance", "report", a, ""}, &out, &errb))
+	require.Equal(t, "softhca conformance report: a report file named \"\" (an empty argument)\n", errb.String())
 	bad := filepath.Join(dir, "bad.json")
 	require.NoError(t, os.WriteFile(bad, []byte(`{"format":"x"}`), 0o644))
 	errb.Reset()

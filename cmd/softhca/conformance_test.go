@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/softhca/softhca/conformance"
+	"github.com/softhca/softhca/conformance/rdma"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,11 +25,20 @@ func TestConformanceCommand(t *testing.T) {
 	out.Reset()
 	code = run([]string{"conformance", "-run", "("}, &out, &errb)
 	require.Equal(t, exitUsage, code)
+	errb.Reset()
 	code = run([]string{"conformance", "extra"}, &out, &errb)
 	require.Equal(t, exitUsage, code)
+	require.Contains(t, errb.String(), `softhca conformance: unexpected argument "extra"`)
+	errb.Reset()
+	code = run([]string{"conformance", "-run", "^query_device/", ""}, &out, &errb)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errb.String(), `softhca conformance: unexpected argument ""`)
 }
 
 func TestConformanceTargetFlags(t *testing.T) {
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "agent.c")
+	require.NoError(t, os.WriteFile(plain, []byte("int main;\n"), 0o644))
 	for _, c := range []struct {
 		args []string
 		msg  string
@@ -38,12 +50,35 @@ func TestConformanceTargetFlags(t *testing.T) {
 		{[]string{"--target", "rdma:rxe0", "--port-addrs", "10.0.0.1,10.0.0"}, `--port-addrs "10.0.0.1,10.0.0": "10.0.0" is not an IP address`},
 		{[]string{"--target", "rdma:softhca0", "--lib", "build", "--port-addrs", "10.0.0.1"}, `--port-addrs: the drop-in library's addresses are set by --lib's devices`},
 		{[]string{"--target", "rdma:softhca0", "--lib", "/nonexistent"}, `--lib "/nonexistent"`},
+		{[]string{"--target", "rdma:rxe0", "--agent", filepath.Join(dir, "none")}, `--agent "` + filepath.Join(dir, "none") + `": stat ` + filepath.Join(dir, "none") + ": no such file or directory"},
+		{[]string{"--target", "rdma:rxe0", "--agent", dir}, `--agent "` + dir + `": is a directory`},
+		{[]string{"--target", "rdma:rxe0", "--agent", plain}, `--agent "` + plain + `": is not executable`},
 	} {
 		var out, errb bytes.Buffer
 		code := run(append([]string{"conformance"}, c.args...), &out, &errb)
 		require.Equal(t, exitUsage, code, "%v", c.args)
 		require.Contains(t, errb.String(), c.msg, "%v", c.args)
 	}
+}
+
+// TestConformanceAgentPath: --agent names a file, so that a name without
+// a slash is the file in the current directory; it was looked up in
+// $PATH, so that "--agent dir" ran coreutils' dir as the agent, and
+// "--agent shca-verbs-agent" said "executable file not found in $PATH"
+// of the file right there.
+func TestConformanceAgentPath(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	require.NoError(t, os.WriteFile("shca-verbs-agent", []byte("#!/bin/sh\n"), 0o755))
+	target, err := conformanceTarget("rdma:rxe0", "shca-verbs-agent", "", "")
+	require.NoError(t, err)
+	rt, ok := target.(*rdma.Target)
+	require.True(t, ok)
+	require.Equal(t, filepath.Join(dir, "shca-verbs-agent"), rt.Agent)
+
+	require.NoError(t, os.Mkdir("dir", 0o755))
+	_, err = conformanceTarget("rdma:rxe0", "dir", "", "")
+	require.EqualError(t, err, `--agent "dir": is a directory, not a prebuilt shca-verbs-agent`)
 }
 
 // TestConformancePortAddrs checks that --port-addrs makes a target that

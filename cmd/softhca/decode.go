@@ -25,6 +25,12 @@ before the kernel splits it: several RoCEv2 packets back to back in one
 datagram. decode recognises such a GSO super-datagram and prints each of
 its packets on a line of its own, marked "gso K/N".
 
+Examples:
+
+  softhca decode demo.pcap                      # demo -pcap's packets, a line each, then a summary
+  softhca decode -v lo.pcapng                   # with IP fields and ICRC, and the other frames
+  softhca decode a.pcap b.pcap                  # a summary per file, then a total
+
 Exit status: 0 if every RoCEv2 packet is good, 1 if any was dropped,
 2 on usage errors or unreadable files.
 
@@ -50,6 +56,13 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "softhca decode: no capture files given")
 		fs.Usage()
 		return exitUsage
+	}
+	for _, path := range fs.Args() {
+		if path == "" {
+			// os.Open would say "open : no such file or directory".
+			fmt.Fprintln(stderr, `softhca decode: a capture file named "" (an empty argument)`)
+			return exitUsage
+		}
 	}
 
 	out := bufio.NewWriter(stdout)

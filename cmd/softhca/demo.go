@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,13 @@ sequence diagram.
 
 If the port is taken (by a kernel rdma_rxe, say), the demo tries other
 127.x addresses, then free ports, and says so; -port 0 picks free ports.
+
+Examples:
+
+  softhca demo                                  # A on 127.0.0.1, B on 127.0.0.2, UDP port 4791
+  softhca demo -port 0                          # free ports, when rxe or a daemon holds 4791
+  softhca demo -pcap demo.pcap -svg demo.svg    # keep the packets (softhca decode demo.pcap); draw the ladders
+  softhca demo -port 0 -addrs ::1,::1 -loss 0.2 # over IPv6, with retransmissions
 
 Exit status: 0 if every completion is successful and every data check
 passes, 1 otherwise, 2 on usage errors.
@@ -94,7 +102,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "softhca demo: unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		fmt.Fprintf(stderr, "softhca demo: unexpected argument %q (demo takes flags only)\n", fs.Arg(0))
 		fs.Usage()
 		return exitUsage
 	case *port < 0 || *port > 65535:
@@ -102,6 +110,10 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case !(*loss >= 0 && *loss <= 0.5):
 		fmt.Fprintf(stderr, "softhca demo: -loss %v is out of range 0..0.5\n", *loss)
+		return exitUsage
+	case *pcapFile != "" && filepath.Clean(*pcapFile) == filepath.Clean(*svgFile):
+		// Two writers at once would leave a file that is neither.
+		fmt.Fprintf(stderr, "softhca demo: -pcap and -svg name the same file %s\n", *pcapFile)
 		return exitUsage
 	}
 	addrA, addrB, err := parseDemoAddrs(*addrs)

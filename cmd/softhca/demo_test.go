@@ -369,6 +369,7 @@ func TestDemoPortBusy(t *testing.T) {
 
 func TestDemoUsage(t *testing.T) {
 	t.Parallel()
+	dir := t.TempDir()
 	tests := []struct {
 		name   string
 		args   []string
@@ -376,7 +377,9 @@ func TestDemoUsage(t *testing.T) {
 		stderr string
 	}{
 		{"help", []string{"-h"}, exitOK, "usage: softhca demo"},
-		{"extra argument", []string{"x"}, exitUsage, "unexpected arguments: x"},
+		{"extra argument", []string{"x"}, exitUsage, `unexpected argument "x"`},
+		{"empty argument", []string{""}, exitUsage, `unexpected argument ""`},
+		{"pcap is svg", []string{"-port", "0", "-pcap", filepath.Join(dir, "d.out"), "-svg", dir + "/./d.out"}, exitUsage, "-pcap and -svg name the same file " + filepath.Join(dir, "d.out")},
 		{"bad flag", []string{"-nope"}, exitUsage, "flag provided but not defined: -nope"},
 		{"port out of range", []string{"-port", "65536"}, exitUsage, "-port 65536 is not a UDP port"},
 		{"negative port", []string{"-port", "-1"}, exitUsage, "-port -1 is not a UDP port"},
@@ -400,6 +403,17 @@ func TestDemoUsage(t *testing.T) {
 	code, stdout, _ := runCmd(t, "help", "demo")
 	require.Equal(t, exitOK, code)
 	require.Contains(t, stdout, "usage: softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-svg FILE] [-loss P]")
+}
+
+// TestDemoMulticastAddrs: a multicast address for A is refused by name;
+// before, the net package bound it as 0.0.0.0, and the message blamed
+// that address.
+func TestDemoMulticastAddrs(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runCmd(t, "demo", "-port", "0", "-addrs", "224.0.0.1,224.0.0.2")
+	require.Equal(t, exitFailure, code, stderr)
+	require.Contains(t, stderr, "224.0.0.1 is not a unicast address")
+	require.NotContains(t, stderr, "0.0.0.0")
 }
 
 // TestDemoFailure makes step 2 fail (B's memory region is deregistered,

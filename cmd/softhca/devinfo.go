@@ -79,13 +79,16 @@ var queryDaemon func(ctx context.Context) (devs []devinfo.Device, ok bool, err e
 
 // devinfoOptions is a parsed devinfo command line.
 type devinfoOptions struct {
-	device  string // -d; "" all devices
+	device  string // -d, when deviceSet
 	port    int    // -i; 0 all ports
 	list    bool
 	verbose bool
 	json    bool
 	addr    netip.Addr // --addr
 	help    bool
+	// deviceSet says -d was given: ibv_devinfo -d '' looks for a
+	// device named "" (and finds none); it does not show them all.
+	deviceSet bool
 }
 
 // devinfoOpt is an option of devinfo, for the getopt_long-style parser.
@@ -98,7 +101,10 @@ type devinfoOpt struct {
 }
 
 var devinfoOpts = []devinfoOpt{
-	{short: 'd', long: "ib-dev", arg: true, set: func(o *devinfoOptions, v string) error { o.device = v; return nil }},
+	{short: 'd', long: "ib-dev", arg: true, set: func(o *devinfoOptions, v string) error {
+		o.device, o.deviceSet = v, true
+		return nil
+	}},
 	{short: 'i', long: "ib-port", arg: true, set: func(o *devinfoOptions, v string) error {
 		n, err := cNumber(v, true)
 		if err != nil || n < 1 || n > 255 {
@@ -290,7 +296,7 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		return written(stderr, devinfo.WriteList(stdout, names))
 	}
 
-	if o.device != "" {
+	if o.deviceSet {
 		var sel []devinfo.Device
 		for _, d := range devs {
 			if d.Name == o.device {

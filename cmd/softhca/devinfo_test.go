@@ -160,6 +160,8 @@ func TestDevinfoOptions(t *testing.T) {
 		{[]string{"-v", "-h"}, exitOK, "usage", ""},
 
 		{[]string{"-d", "mlx5_0"}, devinfoExitFailed, "", "IB device 'mlx5_0' wasn't found\n"},
+		{[]string{"-d", ""}, devinfoExitFailed, "", "IB device '' wasn't found\n"},
+		{[]string{"--ib-dev="}, devinfoExitFailed, "", "IB device '' wasn't found\n"},
 		{[]string{"-i", "2"}, devinfoExitNoSuchPort, "", "Invalid port requested for device\n"},
 		{[]string{"-j", "-i", "2"}, devinfoExitNoSuchPort, "[]\n", "Invalid port requested for device\n"},
 		{[]string{"-i", "0"}, devinfoExitBadPortArg, "", `-i/--ib-port: "0" is not a port number (1..255)`},

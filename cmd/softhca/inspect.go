@@ -97,7 +97,12 @@ func clientMain(name, usage string, args []string, stdout, stderr io.Writer, max
 			fmt.Fprintf(stderr, "softhca %s: %v\n", name, err)
 			return exitUsage
 		}
-		fmt.Fprintf(stderr, "softhca %s: %s: %v\n", name, c.Path(), err)
+		// The client's own errors name the socket already.
+		msg := err.Error()
+		if !strings.HasPrefix(msg, c.Path()+": ") {
+			msg = c.Path() + ": " + msg
+		}
+		fmt.Fprintf(stderr, "softhca %s: %s\n", name, msg)
 		return exitFailure
 	}
 	return exitOK

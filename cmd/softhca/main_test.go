@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -37,6 +38,7 @@ func TestDispatch(t *testing.T) {
 		{name: "conformance -h", args: []string{"conformance", "-h"}, code: exitOK, stderr: "usage: softhca conformance"},
 		{name: "conformance report -h", args: []string{"conformance", "report", "-h"}, code: exitOK, stderr: "usage: softhca conformance report"},
 		{name: "decode no files", args: []string{"decode"}, code: exitUsage, stderr: "no capture files"},
+		{name: "decode empty name", args: []string{"decode", ""}, code: exitUsage, stderr: `softhca decode: a capture file named "" (an empty argument)`},
 		{name: "decode bad flag", args: []string{"decode", "-nope", "x.pcap"}, code: exitUsage, stderr: "flag provided but not defined: -nope"},
 	}
 	for _, tc := range tests {
@@ -58,6 +60,50 @@ func TestDispatch(t *testing.T) {
 					require.Contains(t, stdout+stderr, "\t"+c.name+" ", "usage lists %s", c.name)
 				}
 			}
+		})
+	}
+}
+
+// TestEveryCommandHelp holds every command's -h to what the issue asks
+// of it: exit status 0, an "Examples:" block and the exit statuses, and
+// examples that name commands that exist.
+func TestEveryCommandHelp(t *testing.T) {
+	cmds := [][]string{{"conformance", "report"}}
+	for _, c := range commands {
+		cmds = append(cmds, []string{c.name})
+	}
+	for _, cmd := range cmds {
+		t.Run(strings.Join(cmd, " "), func(t *testing.T) {
+			code, stdout, stderr := runCmd(t, append(cmd, "-h")...)
+			require.Equal(t, exitOK, code, "stderr:\n%s", stderr)
+			help := stdout + stderr
+			require.Contains(t, help, "Examples:")
+			require.Contains(t, help, "Exit status")
+			// The examples are the indented lines after an unindented
+			// line starting "Example" (perf has two such blocks), up to
+			// the next unindented line.
+			examples, inBlock := 0, false
+			for _, line := range strings.Split(help, "\n") {
+				if line != "" && line[0] != ' ' && line[0] != '\t' {
+					inBlock = strings.HasPrefix(line, "Example")
+					continue
+				}
+				if !inBlock {
+					continue
+				}
+				line = strings.TrimSpace(line)
+				// perf's "server:  softhca perf write" and the like.
+				if label, rest, ok := strings.Cut(line, ":  "); ok && !strings.Contains(label, " ") {
+					line = strings.TrimSpace(rest)
+				}
+				words := strings.Fields(line)
+				if len(words) < 2 || words[0] != "softhca" {
+					continue
+				}
+				examples++
+				require.NotNil(t, lookup(words[1]), "%q names no command", line)
+			}
+			require.GreaterOrEqual(t, examples, 2, "example lines that start with softhca")
 		})
 	}
 }

@@ -232,6 +232,7 @@ func TestPerfUsage(t *testing.T) {
 		{[]string{"frob"}, exitUsage, `unknown test "frob"`},
 		{[]string{"write", "-b", "-R", "--odp"}, exitUsage, "not supported by softhca perf: -b (--bidirectional), -R (--rdma_cm), --odp"},
 		{[]string{"write", "-Z"}, exitUsage, "unknown option -Z"},
+		{[]string{"write", "--timeout", "5s", ""}, exitUsage, `softhca perf ib_write_bw: the server name is ""`},
 		{[]string{"atomic", "-s", "16"}, exitUsage, "atomic tests"},
 		{[]string{"write", "-p", "1", "--timeout", "5s", "127.0.0.1"}, exitFailure, "cannot connect"},
 	} {

@@ -66,7 +66,14 @@ softhca's choices (rdma-core finds them in the kernel):
 Exit status: 0 on success; 1 on any failure or bad usage, as rdma-core.
 With SOFTHCA_STATS=<file> in the environment, the device's transport
 counters are written to <file> as JSON when the run ends.
-` + rateHelp
+` + rateHelp + `
+Examples:
+
+  softhca pingpong rc -g 1                      # a server: waits on TCP port 18515
+  softhca pingpong rc -g 1 10.0.0.1             # its client (or ibv_rc_pingpong -g 1 10.0.0.1)
+  softhca pingpong ud -g 1 --addr 127.0.0.1:4800 --peer-port 4801 &          # both sides on
+  softhca pingpong ud -g 1 --addr 127.0.0.1:4801 --peer-port 4800 127.0.0.1  # one host
+`
 
 // pingpongOpt is one option of a pingpong command.
 type pingpongOpt struct {
@@ -428,6 +435,10 @@ func parsePingpongArgs(args []string) (cfg pingpongArgs, help bool, err error) {
 	switch len(hosts) {
 	case 0:
 	case 1:
+		if hosts[0] == "" {
+			// Not the server: rdma-core's client fails to resolve "".
+			return cfg, false, usagef(`the host is "": name the server, or give no host to be the server`)
+		}
 		cfg.ServerName = hosts[0]
 	default:
 		return cfg, false, usagef("one host at most, got %q", hosts)

@@ -128,6 +128,7 @@ func TestPingpongArgErrors(t *testing.T) {
 		{[]string{"rc", "--peer-port=0"}, `--peer-port: "0" is not a UDP port`},
 		{[]string{"rc", "-port-mtu", "9000"}, `--port-mtu: "9000" is not an MTU`},
 		{[]string{"rc", "a", "b"}, `one host at most, got ["a" "b"]`},
+		{[]string{"rc", "-g", "1", ""}, `the host is "": name the server`},
 	} {
 		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
 			_, _, err := parsePingpongArgs(tc.args)

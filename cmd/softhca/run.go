@@ -28,6 +28,18 @@ the library reads. env prints those lines, to do the same by hand
 The library is build/libibverbs.so.1 (make libibverbs), found with --lib,
 $SOFTHCA_LIB, next to the softhca binary, or in ./build.
 
+Examples:
+
+  softhca run --addr 127.0.0.1 -- ibv_devinfo -v   # rdma-core's ibv_devinfo on the device
+  softhca run --addr 10.0.0.2 -- ib_write_bw -x 1 10.0.0.1   # perftest's client on the device
+  softhca env --addr 127.0.0.1                  # the same environment, as export lines
+  eval "$(softhca env --addr 127.0.0.1)" && ibv_devices
+
+Exit status: run exits with the program's status (128+N when signal N
+killed it, 127 when it could not be started); run and env exit 1 when
+softhca's libibverbs.so.1 is not found and 2 on usage errors; env exits
+0 when it printed the environment.
+
 Device flags:
 `
 
@@ -149,6 +161,11 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs, s, dir, status := parseDeviceCommand("run", args, stderr)
 	if status != exitOK || dir == "" {
 		return status
+	}
+	if fs.Arg(0) == "" {
+		// exec would say "exec: no command".
+		fmt.Fprintln(stderr, `softhca run: the program to run is named "" (an empty argument)`)
+		return 127
 	}
 	cmd := exec.Command(fs.Arg(0), fs.Args()[1:]...)
 	cmd.Env = append(os.Environ(), libEnv(s, dir)...)

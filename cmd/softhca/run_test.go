@@ -49,6 +49,7 @@ func TestRunRefuses(t *testing.T) {
 		{[]string{"run", "--addr", "127.0.0.1", "--rate", "fast", "--lib", dir, "--", "true"}, exitUsage, "SOFTHCA_RATE"},
 		{[]string{"run", "--addr", "127.0.0.1", "--lib", t.TempDir(), "--", "true"}, exitFailure, "make libibverbs"},
 		{[]string{"run", "--addr", "127.0.0.1", "--lib", dir, "--", filepath.Join(dir, "no-such-program")}, 127, "no such file"},
+		{[]string{"run", "--addr", "127.0.0.1", "--lib", dir, "--", ""}, 127, `softhca run: the program to run is named "" (an empty argument)`},
 		{[]string{"env", "--addr", "127.0.0.1", "--lib", dir, "extra"}, exitUsage, "unexpected argument"},
 	} {
 		var out, errb bytes.Buffer

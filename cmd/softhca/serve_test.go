@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -236,6 +237,32 @@ func TestClientsUsage(t *testing.T) {
 	code, _, errs = runCmd(t, "stat", "--control", "/nonexistent/x.sock")
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errs, "no softhca daemon is running at /nonexistent/x.sock")
+}
+
+// TestClientsNameTheSocketOnce: a socket that closes the connection
+// without an answer is named once in the message (it was named twice, once by
+// the client and once by the command).
+func TestClientsNameTheSocketOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mute.sock")
+	l, err := net.Listen("unix", path)
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			// Read the request, so that the close is an EOF, not a reset.
+			_, _ = bufio.NewReader(c).ReadBytes('\n')
+			c.Close()
+		}
+	}()
+	for _, args := range [][]string{{"status"}, {"res"}, {"res", "qp"}, {"stat"}} {
+		code, _, errs := runCmd(t, append(args, "--control", path)...)
+		require.Equal(t, exitFailure, code, "%v", args)
+		require.Equal(t, "softhca "+args[0]+": "+path+": the daemon closed the connection: EOF\n", errs, "%v", args)
+	}
 }
 
 // TestDevinfoFromDaemon: with a daemon running, devinfo describes the

@@ -38,6 +38,13 @@ softhca decode, on port 4791); --svg writes the ladder as a sequence
 diagram (of at most 200 packets). trace stops after -c packets, or on
 Ctrl-C (SIGINT) or SIGTERM, and then writes its files.
 
+Examples:
+
+  softhca trace                                 # the only daemon's packets, until Ctrl-C
+  softhca trace -d softhca1 -c 100 -w run.pcap  # 100 packets of daemon softhca1, to a pcap file
+  softhca trace --recent 20 -c 20 --svg last.svg   # the last 20 packets the daemon holds, drawn
+  softhca trace -j | jq -r .summary             # one JSON object per packet
+
 Exit status: 0 when it stopped after -c packets or on a signal, 1 when no
 daemon answers, the daemon keeps no packets, the stream broke or a file
 could not be written, 2 on usage errors or an output file it cannot create.
@@ -85,7 +92,7 @@ func traceCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	switch {
 	case fs.NArg() > 0:
 		fs.Usage()
-		return usageErr("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return usageErr("unexpected argument %q (trace takes flags only)", fs.Arg(0))
 	case *name != "" && *sock != "":
 		return usageErr("-d and --control both name a daemon: give one")
 	case *count < 0:

@@ -552,7 +552,8 @@ func TestTraceUsage(t *testing.T) {
 		{[]string{"-d", "a", "--control", "b"}, "-d and --control both name a daemon"},
 		{[]string{"-c", "-1"}, "-c -1: want 0 (no limit) or more"},
 		{[]string{"--recent", "-2"}, "--recent -2: want 0 or more"},
-		{[]string{"extra"}, "unexpected arguments: extra"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{""}, `unexpected argument ""`},
 		{[]string{"-w", "x", "--svg", "x"}, "-w and --svg name the same file x"},
 		{[]string{"-nope"}, "flag provided but not defined: -nope"},
 	} {

@@ -149,6 +149,12 @@ func Open(cfg Config) (*Link, error) {
 		l.remotePort = wire.RoCEv2Port
 	}
 	addr := cfg.Addr.Addr().Unmap()
+	if addr.IsMulticast() || addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		// The net package would bind a multicast address as the
+		// wildcard, and a socket on the broadcast address sends from
+		// whatever address the kernel picks: neither is a device's GID.
+		return nil, fmt.Errorf("link/udp: %v is not a unicast address, which a device binds: %w", addr, syscall.EINVAL)
+	}
 	l.v6 = addr.Is6()
 	l.dual = l.v6 && addr.IsUnspecified()
 	l.pktinfo = addr.IsUnspecified()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -326,6 +327,19 @@ func TestRemotePort(t *testing.T) {
 	p.Net = sent
 	require.NoError(t, a.Send([]link.Packet{p}))
 	require.Equal(t, bn.SrcPort, receive(t, b, 1, 4)[0].net.DstPort)
+}
+
+// TestNotUnicast: a multicast or the broadcast address is refused by
+// name (the net package would bind a multicast one as the wildcard, and
+// the device's open would then blame 0.0.0.0).
+func TestNotUnicast(t *testing.T) {
+	t.Parallel()
+	for _, a := range []string{"224.0.0.1:0", "255.255.255.255:0", "[ff02::1]:0", "[::ffff:239.1.2.3]:0"} {
+		_, err := udp.Open(udp.Config{Addr: netip.MustParseAddrPort(a)})
+		require.ErrorIs(t, err, syscall.EINVAL, a)
+		want := netip.MustParseAddrPort(a).Addr().Unmap().String() + " is not a unicast address"
+		require.ErrorContains(t, err, want)
+	}
 }
 
 // TestClose: Close wakes a blocked Recv with net.ErrClosed, is

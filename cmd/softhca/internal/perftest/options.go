@@ -479,6 +479,10 @@ func ParseArgs(t Test, args []string) (*Options, error) {
 	switch len(positional) {
 	case 0:
 	case 1:
+		if positional[0] == "" {
+			// Not the server: perftest's client fails to resolve "".
+			return nil, errors.New(`the server name is "": name the server, or give none to be the server`)
+		}
 		o.Server = positional[0]
 	default:
 		return nil, fmt.Errorf("more than one server name: %s", strings.Join(positional, " "))

@@ -112,6 +112,7 @@ func TestParseArgsErrors(t *testing.T) {
 		{Test{Atomic, false}, []string{"-s", "16"}, "atomic tests"},
 		{Test{Atomic, false}, []string{"-a"}, "atomic tests"},
 		{Test{Write, false}, []string{"a", "b"}, "more than one server"},
+		{Test{Write, false}, []string{"-s", "8", ""}, `the server name is ""`},
 		{Test{Write, false}, []string{"--addr", "nowhere"}, "IP or IP:PORT"},
 		{Test{Write, false}, []string{"--timeout", "soon"}, "duration"},
 	} {
