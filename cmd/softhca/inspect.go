@@ -66,17 +66,14 @@ func clientMain(name, usage string, args []string, stdout, stderr io.Writer, max
 	fs.SetOutput(stderr)
 	var f daemonFlags
 	f.register(fs)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() {} // printed once, below, where it belongs
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
+			printUsage(stdout, fs, usage)
 			return exitOK
 		}
+		printUsage(stderr, fs, usage)
 		return exitUsage
 	}
 	if len(pos) > maxPos {
@@ -106,6 +103,16 @@ func clientMain(name, usage string, args []string, stdout, stderr io.Writer, max
 		return exitFailure
 	}
 	return exitOK
+}
+
+// printUsage prints a command's usage text and its flags on w: on
+// stdout for -h, on stderr after the flag package's error line.
+func printUsage(w io.Writer, fs *flag.FlagSet, text string) {
+	fmt.Fprint(w, text)
+	out := fs.Output()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
 }
 
 // printRaw prints a JSON result on one line.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -56,7 +57,7 @@ type serveFlags struct {
 	name, listen, control, httpAddr, metrics string
 	logFormat, logLevel, config              string
 	peerPort, mtu, traceRing                 int
-	shutdown                                 time.Duration
+	shutdown, runTimeout                     time.Duration
 	regions                                  regionList
 	services                                 []daemon.Service
 	attr                                     verbs.DeviceAttr // --limit
@@ -96,6 +97,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.Var(serviceList{"pingpong", &f.services}, "pingpong", "a responder: softhca pingpong's server `ARGS` (\"rc -p 18515\"), served one client after another; repeatable")
 	fs.Var(serviceList{"perftest", &f.services}, "perftest", "a responder: softhca perf's server `ARGS` (\"write_bw -p 18516\"), served one client after another; repeatable")
 	fs.IntVar(&f.traceRing, "trace-ring", daemon.DefaultTraceRing, "recent packets kept for trace and the web page (0: none)")
+	fs.DurationVar(&f.runTimeout, "run-timeout", 2*time.Minute, "the longest a responder's run may take once it accepted its client, so that a client that went away (or asked for more than the responder gives) does not block the next; 0: no bound")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 5*time.Second, "the longest the stop may take")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -115,16 +117,13 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 	fs.SetOutput(stderr)
 	var f serveFlags
 	f.register(fs)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), serveUsage)
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() {} // printed once, below, where it belongs
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
+			printUsage(stdout, fs, serveUsage)
 			return exitOK
 		}
+		printUsage(stderr, fs, serveUsage)
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
@@ -217,6 +216,7 @@ func (f *serveFlags) daemonConfig(stderr io.Writer) (daemon.Config, *slog.Logger
 	cfg := daemon.Config{
 		Name: f.name, Control: f.control, HTTP: f.httpAddr, Metrics: f.metrics, Regions: f.regions, Services: f.services,
 		TraceRing: f.traceRing, ShutdownTimeout: f.shutdown, Version: softhcaVersion(), Attr: f.attr,
+		RunTimeout: f.runTimeout,
 		Summarize: packetSummary,
 	}
 	if needsOneWorker(f.services) {
@@ -247,6 +247,24 @@ func (f *serveFlags) daemonConfig(stderr io.Writer) (daemon.Config, *slog.Logger
 	}
 	if f.traceRing < 0 || f.traceRing > 1<<20 {
 		return cfg, nil, fmt.Errorf("--trace-ring %d: want 0..1048576", f.traceRing)
+	}
+	if f.runTimeout < 0 {
+		return cfg, nil, fmt.Errorf("--run-timeout %v: want 0 (no bound) or a positive duration", f.runTimeout)
+	}
+	for _, a := range []struct{ flag, addr string }{{"--http", f.httpAddr}, {"--metrics", f.metrics}} {
+		if a.addr == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a.addr); err != nil || port == "" {
+			return cfg, nil, fmt.Errorf("%s %q: want HOST:PORT, like 127.0.0.1:8791", a.flag, a.addr)
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range f.regions {
+		if seen[r.Name] {
+			return cfg, nil, fmt.Errorf("--region %s: the name is given twice", r.Name)
+		}
+		seen[r.Name] = true
 	}
 	if f.shutdown <= 0 {
 		return cfg, nil, fmt.Errorf("--shutdown-timeout %v: want a positive duration", f.shutdown)

@@ -185,6 +185,10 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"--peer-port", "0"}, "--peer-port 0"},
 		{[]string{"--trace-ring", "-1"}, "--trace-ring -1"},
 		{[]string{"--limit", "max_qp=0"}, "limit max_qp=0: want 1.."},
+		{[]string{"--http", "8791"}, `--http "8791": want HOST:PORT`},
+		{[]string{"--metrics", "localhost"}, `--metrics "localhost": want HOST:PORT`},
+		{[]string{"--region", "a:1K", "--region", "a:2K"}, "--region a: the name is given twice"},
+		{[]string{"--run-timeout", "-1s"}, "--run-timeout -1s"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--config", filepath.Join(dir, "missing.conf")}, "missing.conf: no such file"},
 		{[]string{"--config", conf("listen 1.2.3.4\n")}, `:1: "listen 1.2.3.4": want key = value`},
@@ -200,9 +204,11 @@ func TestServeUsage(t *testing.T) {
 	}
 	_, err := os.Stat(filepath.Join(dir, "never.sock"))
 	require.ErrorIs(t, err, os.ErrNotExist)
-	code, out, _ := runCmd(t, "serve", "-h")
+	code, out, errs := runCmd(t, "serve", "-h")
 	require.Equal(t, exitOK, code)
 	require.Contains(t, out, "Exit status: 0 stopped cleanly")
+	require.Empty(t, errs, "the usage is printed once, on stdout")
+	require.Equal(t, 1, strings.Count(out, "usage: softhca serve"))
 }
 
 // TestServeConfigFile: the file sets flags; the command line wins.
@@ -223,13 +229,15 @@ func TestServeConfigFile(t *testing.T) {
 // TestClientsUsage: the clients' usage errors and their -h.
 func TestClientsUsage(t *testing.T) {
 	for _, name := range []string{"status", "res", "stat"} {
-		code, out, _ := runCmd(t, name, "-h")
+		code, out, errs := runCmd(t, name, "-h")
 		require.Equal(t, exitOK, code)
 		require.Contains(t, out, "usage: softhca "+name)
+		require.Empty(t, errs, "the usage is printed once, on stdout")
 		require.Contains(t, out, "Examples:")
-		code, _, errs := runCmd(t, name, "--nope")
+		code, _, errs = runCmd(t, name, "--nope")
 		require.Equal(t, exitUsage, code)
 		require.Contains(t, errs, "flag provided but not defined: -nope")
+		require.Equal(t, 1, strings.Count(errs, "usage: softhca "+name), "the usage, once, after the error")
 	}
 	code, _, errs := runCmd(t, "res", "qp", "cq", "--control", "/nonexistent.sock")
 	require.Equal(t, exitUsage, code)

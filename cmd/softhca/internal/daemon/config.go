@@ -41,6 +41,11 @@ type Config struct {
 	Regions []Region
 	// Services are the responders to run for peers.
 	Services []Service
+	// RunTimeout bounds a service's run from the moment it accepts its
+	// client, so that a client that went away, or asked for more than
+	// the server's options give (a larger -n), does not keep the
+	// responder from the next client for ever; 0: no bound.
+	RunTimeout time.Duration
 	// Workers is the device's transport workers (hca.Config.Workers);
 	// 0: the default. A service whose QPs share one buffer
 	// (srq_pingpong's) needs 1.

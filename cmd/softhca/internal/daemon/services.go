@@ -67,10 +67,23 @@ func (d *Daemon) serveLoop(sv *service) {
 	out := &logWriter{log: log}
 	for !d.stopping.Load() {
 		_ = sv.ln.SetDeadline(time.Time{})
-		err := sv.Run(d.stopCtx, d.dev, runListener{sv.ln, &sv.served}, out)
+		ctx, cancel := context.WithCancel(d.stopCtx)
+		var timer *time.Timer
+		accepted := func() {
+			if t := d.cfg.RunTimeout; t > 0 {
+				timer = time.AfterFunc(t, cancel)
+			}
+		}
+		err := sv.Run(ctx, d.dev, runListener{sv.ln, &sv.served, accepted}, out)
+		timedOut := timer != nil && !timer.Stop()
+		cancel()
 		out.flush()
 		if d.stopping.Load() {
 			return
+		}
+		if timedOut {
+			log.Warn("client ended: the run took longer than the run timeout", "timeout", d.cfg.RunTimeout, "err", err)
+			continue
 		}
 		if err != nil {
 			log.Warn("client failed", "err", err)
@@ -106,12 +119,14 @@ func (d *Daemon) serviceList() []control.Service {
 type runListener struct {
 	*net.TCPListener
 	accepted *atomic.Uint64
+	onAccept func() // starts the run's timeout
 }
 
 func (l runListener) Accept() (net.Conn, error) {
 	c, err := l.TCPListener.Accept()
 	if err == nil {
 		l.accepted.Add(1)
+		l.onAccept()
 	}
 	return c, err
 }

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/softhca/softhca/cmd/softhca/internal/control"
 	"github.com/softhca/softhca/cmd/softhca/internal/daemon"
@@ -151,4 +153,38 @@ func TestServiceAddrInUse(t *testing.T) {
 	require.ErrorContains(t, err, "service echo: TCP "+l.Addr().String()+" is in use")
 	_, err = control.Dial(path)
 	require.ErrorIs(t, err, control.ErrNoDaemon)
+}
+
+// TestServiceRunTimeout: a run whose client never finishes ends after
+// the run timeout, counted from the accept (not from the wait for a
+// client), and the responder serves the next client.
+func TestServiceRunTimeout(t *testing.T) {
+	runs := make(chan struct{}, 4)
+	hold := func(ctx context.Context, _ *hca.Device, ln net.Listener, _ io.Writer) error {
+		stop := context.AfterFunc(ctx, func() { ln.Close() })
+		c, err := ln.Accept()
+		stop()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		runs <- struct{}{}
+		<-ctx.Done() // a client that never finishes
+		return ctx.Err()
+	}
+	var logs syncBuffer
+	d, err := daemon.Start(daemon.Config{Listen: lo, Control: filepath.Join(t.TempDir(), "d.sock"),
+		RunTimeout: 50 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil)),
+		Services: []daemon.Service{{Name: "hold", Addr: "127.0.0.1:0", Run: hold}}})
+	require.NoError(t, err)
+	defer d.Stop()
+	var st control.Status
+	require.NoError(t, dial(t, d).Call(context.Background(), control.Request{Op: control.OpStatus}, &st))
+	for range 2 {
+		c, err := net.Dial("tcp", st.Services[0].Listen)
+		require.NoError(t, err)
+		defer c.Close()
+		<-runs // accepted; the second only once the first run timed out
+	}
+	require.Contains(t, logs.String(), "the run took longer than the run timeout")
 }
