@@ -217,7 +217,7 @@ func (f *serveFlags) daemonConfig(stderr io.Writer) (daemon.Config, *slog.Logger
 		Name: f.name, Control: f.control, HTTP: f.httpAddr, Metrics: f.metrics, Regions: f.regions, Services: f.services,
 		TraceRing: f.traceRing, ShutdownTimeout: f.shutdown, Version: softhcaVersion(), Attr: f.attr,
 		RunTimeout: f.runTimeout,
-		Summarize: packetSummary,
+		Summarize:  packetSummary,
 	}
 	if needsOneWorker(f.services) {
 		cfg.Workers = 1 // srq_pingpong's QPs share one buffer
