@@ -40,6 +40,9 @@ func Find(path, name string) (string, error) {
 		return path, nil
 	}
 	if name != "" {
+		if strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+			return "", fmt.Errorf("device name %q: a name has no slash (its socket is %s/NAME.sock; --control gives a path): %w", name, Dir(), syscall.EINVAL)
+		}
 		return SocketPath(name), nil
 	}
 	socks, _ := filepath.Glob(filepath.Join(Dir(), "*.sock"))
@@ -145,10 +148,13 @@ func (c *Client) send(ctx context.Context, r Request) error {
 func (c *Client) recv(ctx context.Context) (*Response, error) {
 	stop := context.AfterFunc(ctx, func() { _ = c.c.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	line, err := c.br.ReadBytes('\n')
+	line, err := readLimited(c.br, maxResponse)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if errors.Is(err, errTooLong) {
+			return nil, fmt.Errorf("%s: an answer longer than %d bytes: %w", c.path, maxResponse, syscall.E2BIG)
 		}
 		return nil, fmt.Errorf("%s: the daemon closed the connection: %w", c.path, err)
 	}
@@ -157,6 +163,28 @@ func (c *Client) recv(ctx context.Context) (*Response, error) {
 		return nil, fmt.Errorf("%s: the daemon's answer does not decode: %w", c.path, err)
 	}
 	return &resp, nil
+}
+
+// maxResponse bounds one answer: the largest, res of a device's every
+// object, is well below it.
+const maxResponse = 64 << 20
+
+// readLimited reads a line of at most max bytes, newline included.
+func readLimited(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > max {
+			return nil, errTooLong
+		}
+		line = append(line, chunk...)
+		if err == nil {
+			return line, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, err
+		}
+	}
 }
 
 // Trace asks for the packet stream (the recent ones first, up to recent)

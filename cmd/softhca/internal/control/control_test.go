@@ -330,6 +330,11 @@ func TestFind(t *testing.T) {
 	p, err := control.Find("/x.sock", "a")
 	require.NoError(t, err)
 	require.Equal(t, "/x.sock", p)
+	for _, bad := range []string{"a/../../b", "..", ".", "x/y"} {
+		_, err = control.Find("", bad)
+		require.ErrorIs(t, err, syscall.EINVAL, bad)
+		require.ErrorContains(t, err, "a name has no slash")
+	}
 	p, err = control.Find("", "softhca1")
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(dir, "softhca", "softhca1.sock"), p)
