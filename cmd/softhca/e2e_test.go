@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/softhca/softhca/cmd/softhca/internal/control"
+	"github.com/softhca/softhca/cmd/softhca/internal/headless"
 	"github.com/stretchr/testify/require"
 )
 
@@ -335,10 +337,70 @@ func TestEndToEnd(t *testing.T) {
 		states[q.State]++
 	}
 	require.Equal(t, map[string]int{"RTS": 1, "INIT": 1}, states, out)
+	var lq control.QP // the long pingpong's
+	for _, q := range qps {
+		if q.State == "RTS" {
+			lq = q
+		}
+	}
+	// Meanwhile, the web page in a browser shows it running.
+	t.Run("web page in a browser", func(t *testing.T) {
+		webPageShowsQP(t, st.HTTP, lq, listen, fmt.Sprintf("127.0.0.2:%d", a.clientPort))
+	})
 	require.Equal(t, 0, d.stop(t), d.stderr.String())
 	_, err = os.Stat(d.control)
 	require.ErrorIs(t, err, os.ErrNotExist)
 	logs := d.stderr.String()
 	require.Contains(t, logs, `"msg":"flushed","qps":2,"outstanding_wrs":0,"cq_overruns":0`)
 	require.Contains(t, logs, `"msg":"stopped"`)
+}
+
+// webPageShowsQP loads the daemon's web page (its HTTP address addr) in
+// a headless Chromium, as a user would while the QP q exchanges messages
+// with a client at peer, and waits until the page shows q's row in RTS
+// and the ladder's lines of q's SENDs both ways: one the daemon received
+// from peer for q, one it sent to peer's QP. The page must raise no
+// JavaScript error, log none to the console and load everything it
+// asks for. Without chromium the test skips.
+func webPageShowsQP(t *testing.T, addr string, q control.QP, listen, peer string) {
+	bin := headless.Find(t)
+	began := time.Now()
+	b := headless.Launch(t, bin)
+	page := b.Open(t, "http://"+addr+"/")
+	// What the page shows of q, kept in window.testShown by the condition
+	// that saw it: q's row (its cells' text by data-field) and the text
+	// of the first ladder line of a SEND each way.
+	send := func(dir string, qpn uint32) string {
+		return fmt.Sprintf(`(Array.from(document.querySelectorAll('#ladder .packet[data-dir="%s"]'))
+			.find((d) => d.textContent.includes("  RC Send Only  qp=%#x ")) || {}).textContent || ""`, dir, qpn)
+	}
+	row := fmt.Sprintf(`#qps tr[data-qpn="%#x"]`, q.LQPN)
+	page.WaitFor(t, fmt.Sprintf(`(window.testShown = {
+			row: Object.fromEntries(Array.from(document.querySelectorAll('%s td')).map((td) => [td.dataset.field, td.textContent])),
+			state: (document.querySelector('%[1]s') || {dataset: {}}).dataset.state,
+			received: %[2]s,
+			sent: %[3]s,
+		}) && window.testShown.state === "RTS" && window.testShown.row["psn-in"] && window.testShown.row["psn-out"] &&
+		window.testShown.received && window.testShown.sent && document.querySelector('#conn').dataset.state === "live"`,
+		row, send("received", q.LQPN), send("sent", q.RQPN)))
+	var shown struct {
+		Row      map[string]string `json:"row"`
+		Received string            `json:"received"`
+		Sent     string            `json:"sent"`
+	}
+	require.NoError(t, json.Unmarshal(page.Eval(t, `window.testShown`), &shown))
+	require.Equal(t, fmt.Sprintf("%#x", q.LQPN), shown.Row["qpn"])
+	require.Equal(t, "RC", shown.Row["type"])
+	require.Equal(t, "RTS", shown.Row["state"])
+	require.Equal(t, fmt.Sprintf("%#x", q.RQPN), shown.Row["rqpn"])
+	require.Equal(t, "127.0.0.2", shown.Row["peer"])
+	require.Regexp(t, `^\d+$`, shown.Row["psn-in"])
+	require.Regexp(t, `^\d+$`, shown.Row["psn-out"])
+	// The ladder: the daemon's address on the left, the client's on the
+	// right, the arrow saying which way the packet went.
+	local, remote := regexp.QuoteMeta(listen), regexp.QuoteMeta(peer)
+	require.Regexp(t, fmt.Sprintf(`^ +\d+\.\d{3} ms  %s <- %s +RC Send Only  qp=%#x psn=\d+ .*len=64$`, local, remote, q.LQPN), shown.Received)
+	require.Regexp(t, fmt.Sprintf(`^ +\d+\.\d{3} ms  %s -> %s +RC Send Only  qp=%#x psn=\d+ .*len=64$`, local, remote, q.RQPN), shown.Sent)
+	require.Empty(t, b.Problems(), "the page's errors")
+	t.Logf("the browser part took %v: %q, %q", time.Since(began).Round(time.Millisecond), shown.Received, shown.Sent)
 }

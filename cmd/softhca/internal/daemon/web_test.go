@@ -1,22 +1,18 @@
 package daemon_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"html"
-	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/softhca/softhca/cmd/softhca/internal/daemon"
+	"github.com/softhca/softhca/cmd/softhca/internal/headless"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
 	"github.com/stretchr/testify/require"
@@ -29,15 +25,11 @@ import (
 // counters that moved, the PSNs updating live, the pause button holding
 // the ladder still, and data shown as text, never as markup.
 //
-// Chromium is driven over the DevTools protocol on a pipe
-// (--remote-debugging-pipe), and the test waits for what the page shows
-// with a MutationObserver in it. --dump-dom is no use here: without
-// --virtual-time-budget it dumps the page as soon as it has loaded,
-// before the packet stream's first events, and with it, it never dumps,
-// as virtual time stands still while a request is open and the packet
-// stream stays open.
+// Chromium is driven over the DevTools protocol on a pipe (package
+// headless), and the test waits for what the page shows with a
+// MutationObserver in it.
 func TestWebPage(t *testing.T) {
-	bin := findChromium(t)
+	bin := headless.Find(t)
 	pl, pport := peerLink(t)
 	d := start(t, func(c *daemon.Config) {
 		c.PeerPort = pport
@@ -89,8 +81,8 @@ func TestWebPage(t *testing.T) {
 	}
 
 	began := time.Now()
-	b := launchChromium(t, bin)
-	page := b.open(t, "http://"+d.HTTPAddr()+"/")
+	b := headless.Launch(t, bin)
+	page := b.Open(t, "http://"+d.HTTPAddr()+"/")
 
 	// The QPs and the ladder of the messages sent before the page opened
 	// (the stream begins with the ring's recent packets).
@@ -106,7 +98,7 @@ func TestWebPage(t *testing.T) {
 		fmt.Sprintf(`document.querySelector('#qps tr[data-qpn="%s"][data-state="RESET"]')`, hexn(idle.qp.Num())),
 		`document.querySelectorAll('#ladder .packet').length >= 4`,
 		`document.querySelector('#conn').dataset.state === "live"`)
-	dom := page.waitFor(t, strings.Join(conds, " && "))
+	dom := page.WaitFor(t, strings.Join(conds, " && "))
 
 	qps := qpRows(dom)
 	require.Len(t, qps, 3, "one row per QP")
@@ -161,7 +153,7 @@ func TestWebPage(t *testing.T) {
 		`ipText("0000:0000:0000:0000:0000:0000:0000:0000:0000")`: "0000:0000:0000:0000:0000:0000:0000:0000:0000",
 	} {
 		var got string
-		require.NoError(t, json.Unmarshal(page.eval(t, in), &got), in)
+		require.NoError(t, json.Unmarshal(page.Eval(t, in), &got), in)
 		require.Equal(t, want, got, in)
 	}
 
@@ -180,11 +172,11 @@ func TestWebPage(t *testing.T) {
 	// as it was; the counters that moved are highlighted, the PSNs on the
 	// wire follow.
 	before := len(lines)
-	page.watch(t, "counter", `document.querySelector('#counters tr[data-counter="rcvd_pkts"].changed')`)
-	page.eval(t, `document.querySelector('#pause').click(); ""`)
+	watch(t, page, "counter", `document.querySelector('#counters tr[data-counter="rcvd_pkts"].changed')`)
+	page.Eval(t, `document.querySelector('#pause').click(); ""`)
 	send(pairs[0])
 	send(pairs[0])
-	dom = page.waitFor(t, fmt.Sprintf(`window.testSaw.counter &&
+	dom = page.WaitFor(t, fmt.Sprintf(`window.testSaw.counter &&
 		+(/Resume \((\d+) new\)/.exec(document.querySelector('#pause').textContent) || [0, 0])[1] >= 4 &&
 		document.querySelector('#qps tr[data-qpn="%[1]s"] td[data-field="psn-in"]').textContent === "%[2]d" &&
 		document.querySelector('#qps tr[data-qpn="%[1]s"] td[data-field="psn-out"]').textContent === "%[2]d"`,
@@ -198,14 +190,14 @@ func TestWebPage(t *testing.T) {
 
 	// A receive posted on the second QP: its queue grows, highlighted.
 	rq := fmt.Sprintf(`#qps tr[data-qpn="%s"] td[data-field="rq-posted"]`, hexn(pairs[1].srv.qp.Num()))
-	page.watch(t, "posted", `document.querySelector('`+rq+`.changed') && document.querySelector('`+rq+`').textContent === "1"`)
+	watch(t, page, "posted", `document.querySelector('`+rq+`.changed') && document.querySelector('`+rq+`').textContent === "1"`)
 	_, err := pairs[1].srv.qp.PostRecv(&verbs.RecvWR{WRID: 9, SGList: []verbs.SGE{pairs[1].srv.mr.SGE(0, 64)}})
 	require.NoError(t, err)
-	page.waitFor(t, `window.testSaw.posted`)
+	page.WaitFor(t, `window.testSaw.posted`)
 
 	// Resumed, the ladder shows the packets it held.
-	page.eval(t, `document.querySelector('#pause').click(); ""`)
-	dom = page.waitFor(t, fmt.Sprintf(`document.querySelectorAll('#ladder .packet').length === %d`, before+n))
+	page.Eval(t, `document.querySelector('#pause').click(); ""`)
+	dom = page.WaitFor(t, fmt.Sprintf(`document.querySelectorAll('#ladder .packet').length === %d`, before+n))
 	lines = ladderLines(dom)
 	recv := regexp.MustCompile(fmt.Sprintf(`^ +\d+\.\d{3} ms  %s <- %s +RC Send Only  qp=%#x psn=%d$`,
 		local, remote, pairs[0].srv.qp.Num(), first+2))
@@ -214,25 +206,14 @@ func TestWebPage(t *testing.T) {
 
 	// A daemon that keeps no packets, and has no QP: the page says so.
 	bare := start(t, func(c *daemon.Config) { c.HTTP = "127.0.0.1:0"; c.TraceRing = 0 })
-	dom = b.open(t, "http://"+bare.HTTPAddr()+"/").waitFor(t,
+	dom = b.Open(t, "http://"+bare.HTTPAddr()+"/").WaitFor(t,
 		`document.querySelector('#ladder .notice') && document.querySelector('#conn').dataset.state === "live"`)
 	require.Contains(t, dom, `<div class="notice">    packet trace: the daemon keeps no packets (it was started with --trace-ring 0)</div>`)
 	require.Contains(t, dom, `<p id="no-qps" class="empty">No queue pairs.</p>`)
 	require.Empty(t, qpRows(dom))
 
-	require.Empty(t, b.problems(), "the page's errors")
+	require.Empty(t, b.Problems(), "the page's errors")
 	t.Logf("the browser part took %v", time.Since(began).Round(time.Millisecond))
-}
-
-// findChromium returns a Chromium or Chrome binary, or skips the test.
-func findChromium(t *testing.T) string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Skip("no chromium, chromium-browser or google-chrome in PATH (apt-get install chromium): the web page was not checked in a browser")
-	return ""
 }
 
 // qpRows parses the QP table's rows of a serialized DOM: by QPN, each
@@ -285,302 +266,15 @@ func textOf(s string) string {
 	return html.UnescapeString(regexp.MustCompile(`<[^>]*>`).ReplaceAllString(s, ""))
 }
 
-// chromium is a headless Chromium driven over the DevTools protocol on
-// a pipe: commands are JSON objects, each followed by a NUL byte, written
-// to the browser's fd 3; answers and events come the same way on fd 4.
-type chromium struct {
-	cmd    *exec.Cmd
-	toB    *os.File
-	stderr syncBuffer
-	exited chan error
-
-	mu      sync.Mutex
-	next    int
-	waiting map[int]chan cdpMessage
-	loaded  map[string]chan struct{} // by session: Page.loadEventFired
-	errs    []string                 // exceptions, console errors, failed loads
-	readErr error
-}
-
-type cdpMessage struct {
-	ID        int             `json:"id,omitempty"`
-	Method    string          `json:"method,omitempty"`
-	Params    json.RawMessage `json:"params,omitempty"`
-	SessionID string          `json:"sessionId,omitempty"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	Error     *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	} `json:"error,omitempty"`
-}
-
-// chromiumFlags are the flags the test runs Chromium with: headless;
-// no sandbox (CI runs as root, where Chromium refuses its sandbox); no
-// GPU; /tmp rather than /dev/shm for shared memory (a container's
-// /dev/shm is small; Debian's wrapper means to add the flag then, but
-// its check fails when findmnt lists two mounts there); a fresh profile.
-func chromiumFlags(profile string) []string {
-	return []string{"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-		"--remote-debugging-pipe", "--user-data-dir=" + profile, "--no-first-run", "--no-default-browser-check",
-		"--disable-background-networking", "--disable-extensions", "about:blank"}
-}
-
-// launchChromium starts the browser; the test's cleanup closes it.
-func launchChromium(t *testing.T, bin string) *chromium {
-	t.Helper()
-	dir := t.TempDir()
-	cmdR, cmdW, err := os.Pipe()
-	require.NoError(t, err)
-	evR, evW, err := os.Pipe()
-	require.NoError(t, err)
-	b := &chromium{toB: cmdW, exited: make(chan error, 1), waiting: map[int]chan cdpMessage{}, loaded: map[string]chan struct{}{}}
-	b.cmd = exec.Command(bin, chromiumFlags(dir)...)
-	b.cmd.ExtraFiles = []*os.File{cmdR, evW} // fds 3 and 4
-	b.cmd.Stderr = &b.stderr
-	b.cmd.Env = append(os.Environ(), "HOME="+dir) // its caches and crash reports stay in the test's directory
-	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	require.NoError(t, b.cmd.Start())
-	cmdR.Close()
-	evW.Close()
-	go func() { b.exited <- b.cmd.Wait() }()
-	go b.read(evR)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = b.call(ctx, "", "Browser.close", nil, nil)
-		cmdW.Close()
-		select {
-		case <-b.exited:
-		case <-ctx.Done():
-			t.Logf("chromium did not exit after Browser.close; killing it")
-			_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
-			<-b.exited
-		}
-		// Its helpers (zygote, GPU, network) are in its process group.
-		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
-		evR.Close()
-	})
-	var v struct {
-		Product string `json:"product"`
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, b.call(ctx, "", "Browser.getVersion", nil, &v), "chromium's stderr:\n%s", b.stderr.String())
-	t.Logf("browser: %s", v.Product)
-	return b
-}
-
-// read dispatches the browser's messages until the pipe closes.
-func (b *chromium) read(r *os.File) {
-	defer r.Close()
-	br := bufio.NewReader(r)
-	var err error
-	for {
-		var line []byte
-		line, err = br.ReadBytes(0)
-		if err != nil {
-			break
-		}
-		var m cdpMessage
-		if err = json.Unmarshal(line[:len(line)-1], &m); err != nil {
-			break
-		}
-		b.dispatch(m)
-	}
-	b.mu.Lock()
-	b.readErr = err
-	for id, ch := range b.waiting {
-		close(ch)
-		delete(b.waiting, id)
-	}
-	b.mu.Unlock()
-}
-
-func (b *chromium) dispatch(m cdpMessage) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if m.ID != 0 {
-		if ch, ok := b.waiting[m.ID]; ok {
-			ch <- m
-			delete(b.waiting, m.ID)
-		}
-		return
-	}
-	switch m.Method {
-	case "Page.loadEventFired":
-		if ch, ok := b.loaded[m.SessionID]; ok {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-	case "Runtime.exceptionThrown":
-		b.errs = append(b.errs, "exception: "+string(m.Params))
-	case "Runtime.consoleAPICalled":
-		var p struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(m.Params, &p) == nil && (p.Type == "error" || p.Type == "assert") {
-			b.errs = append(b.errs, "console: "+string(m.Params))
-		}
-	case "Log.entryAdded":
-		var p struct {
-			Entry struct {
-				Level string `json:"level"`
-			} `json:"entry"`
-		}
-		if json.Unmarshal(m.Params, &p) == nil && p.Entry.Level == "error" {
-			b.errs = append(b.errs, "log: "+string(m.Params))
-		}
-	}
-}
-
-// call sends a command and decodes its result into result (when not nil).
-func (b *chromium) call(ctx context.Context, session, method string, params, result any) error {
-	b.mu.Lock()
-	if b.readErr != nil {
-		b.mu.Unlock()
-		return fmt.Errorf("%s: the browser's pipe: %w", method, b.readErr)
-	}
-	b.next++
-	id := b.next
-	ch := make(chan cdpMessage, 1)
-	b.waiting[id] = ch
-	b.mu.Unlock()
-	msg := map[string]any{"id": id, "method": method}
-	if params != nil {
-		msg["params"] = params
-	}
-	if session != "" {
-		msg["sessionId"] = session
-	}
-	buf, err := json.Marshal(msg)
-	if err != nil {
-		return err
-	}
-	if _, err := b.toB.Write(append(buf, 0)); err != nil {
-		return fmt.Errorf("%s: %w", method, err)
-	}
-	select {
-	case m, ok := <-ch:
-		if !ok {
-			return fmt.Errorf("%s: the browser closed its pipe", method)
-		}
-		if m.Error != nil {
-			return fmt.Errorf("%s: %s (%d)", method, m.Error.Message, m.Error.Code)
-		}
-		if result != nil {
-			return json.Unmarshal(m.Result, result)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%s: %w", method, ctx.Err())
-	}
-}
-
-func (b *chromium) problems() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.errs...)
-}
-
-// tab is a page open in the browser.
-type tab struct {
-	b       *chromium
-	session string
-}
-
-// open opens url in a new tab and waits for its load event.
-func (b *chromium) open(t *testing.T, url string) *tab {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var target struct {
-		TargetID string `json:"targetId"`
-	}
-	require.NoError(t, b.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &target))
-	var att struct {
-		SessionID string `json:"sessionId"`
-	}
-	require.NoError(t, b.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": target.TargetID, "flatten": true}, &att))
-	loaded := make(chan struct{}, 1)
-	b.mu.Lock()
-	b.loaded[att.SessionID] = loaded
-	b.mu.Unlock()
-	for _, m := range []string{"Page.enable", "Runtime.enable", "Log.enable"} {
-		require.NoError(t, b.call(ctx, att.SessionID, m, nil, nil))
-	}
-	var nav struct {
-		ErrorText string `json:"errorText"`
-	}
-	require.NoError(t, b.call(ctx, att.SessionID, "Page.navigate", map[string]any{"url": url}, &nav))
-	require.Empty(t, nav.ErrorText, "navigating to %s", url)
-	select {
-	case <-loaded:
-	case <-ctx.Done():
-		t.Fatalf("%s did not load: %v", url, ctx.Err())
-	}
-	return &tab{b: b, session: att.SessionID}
-}
-
-// eval evaluates a JavaScript expression in the page and returns its
-// value, awaited when it is a promise.
-func (p *tab) eval(t *testing.T, expr string) json.RawMessage {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var r struct {
-		Result struct {
-			Value json.RawMessage `json:"value"`
-		} `json:"result"`
-		ExceptionDetails json.RawMessage `json:"exceptionDetails"`
-	}
-	require.NoError(t, p.b.call(ctx, p.session, "Runtime.evaluate",
-		map[string]any{"expression": expr, "awaitPromise": true, "returnByValue": true}, &r))
-	require.Empty(t, r.ExceptionDetails, "evaluating %s", expr)
-	return r.Result.Value
-}
-
 // watch has the page set window.testSaw[name] once the JavaScript
 // condition holds, as a MutationObserver sees the document change: for
 // states that last only until the next poll.
-func (p *tab) watch(t *testing.T, name, cond string) {
+func watch(t *testing.T, p *headless.Tab, name, cond string) {
 	t.Helper()
-	p.eval(t, `window.testSaw = window.testSaw || {};
+	p.Eval(t, `window.testSaw = window.testSaw || {};
 		window.testSaw.`+name+` = false;
 		new MutationObserver((_, obs) => {
 			try { if (`+cond+`) { window.testSaw.`+name+` = true; obs.disconnect(); } } catch (e) { /* not yet */ }
 		}).observe(document.documentElement, {subtree: true, childList: true, characterData: true, attributes: true});
 		""`)
-}
-
-// waitFor waits until the JavaScript condition holds in the page, as
-// a MutationObserver sees the document change, and returns the
-// serialized DOM then. After 20 s it fails, showing the DOM it has.
-func (p *tab) waitFor(t *testing.T, cond string) string {
-	t.Helper()
-	expr := `new Promise((resolve) => {
-		const holds = () => { try { return !!(` + cond + `); } catch (e) { return false; } };
-		let obs, timer;
-		const finish = (ok) => {
-			obs.disconnect();
-			clearTimeout(timer);
-			resolve({ok: ok, dom: document.documentElement.outerHTML});
-		};
-		obs = new MutationObserver(() => { if (holds()) finish(true); });
-		obs.observe(document.documentElement, {subtree: true, childList: true, characterData: true, attributes: true});
-		timer = setTimeout(() => finish(holds()), 20000);
-		if (holds()) finish(true);
-	})`
-	var r struct {
-		OK  bool   `json:"ok"`
-		DOM string `json:"dom"`
-	}
-	require.NoError(t, json.Unmarshal(p.eval(t, expr), &r))
-	// The page's own script and style are no part of what it shows.
-	r.DOM = regexp.MustCompile(`(?s)<(script|style)>.*?</(script|style)>`).ReplaceAllString(r.DOM, "")
-	if !r.OK {
-		t.Fatalf("the page did not come to show %s; it shows:\n%s\nits errors: %q", cond, r.DOM, p.b.problems())
-	}
-	return r.DOM
 }
