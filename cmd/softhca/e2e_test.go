@@ -330,13 +330,17 @@ func TestEndToEnd(t *testing.T) {
 	require.Equal(t, 0, code)
 	var qps []control.QP
 	require.NoError(t, json.Unmarshal([]byte(out), &qps))
-	// The long pingpong's QP, and the one the first responder's next run
-	// made while it waits for a client (as rdma-core's server does).
+	// The long pingpong's QP, and perhaps the one the first responder's
+	// next run has made by now while it waits for a client (as
+	// rdma-core's server does; that run starts as the last client ends,
+	// so it may not have).
 	states := map[string]int{}
 	for _, q := range qps {
 		states[q.State]++
 	}
-	require.Equal(t, map[string]int{"RTS": 1, "INIT": 1}, states, out)
+	require.Equal(t, 1, states["RTS"], out)
+	require.LessOrEqual(t, states["INIT"], 1, out)
+	require.Len(t, qps, states["RTS"]+states["INIT"], out)
 	var lq control.QP // the long pingpong's
 	for _, q := range qps {
 		if q.State == "RTS" {
@@ -351,7 +355,9 @@ func TestEndToEnd(t *testing.T) {
 	_, err = os.Stat(d.control)
 	require.ErrorIs(t, err, os.ErrNotExist)
 	logs := d.stderr.String()
-	require.Contains(t, logs, `"msg":"flushed","qps":2,"outstanding_wrs":0,"cq_overruns":0`)
+	// Every QP alive at SIGTERM (the long pingpong's, perhaps an idle
+	// responder's) flushed, with no work request left and no CQ overrun.
+	require.Regexp(t, `"msg":"flushed","qps":[12],"outstanding_wrs":0,"cq_overruns":0`, logs)
 	require.Contains(t, logs, `"msg":"stopped"`)
 }
 
