@@ -43,7 +43,7 @@ func (f *fake) Call(_ context.Context, r control.Request) (any, error) {
 	}
 }
 
-func (f *fake) Trace(ctx context.Context, _ control.Request, send func(*control.Packet, uint64) error) error {
+func (f *fake) Trace(ctx context.Context, _ control.Request, sink control.TraceSink) error {
 	f.mu.Lock()
 	f.traceOn++
 	f.mu.Unlock()
@@ -53,7 +53,10 @@ func (f *fake) Trace(ctx context.Context, _ control.Request, send func(*control.
 		case <-ctx.Done():
 			return nil
 		case p := <-f.pkts:
-			if err := send(p, 2); err != nil {
+			if err := sink.Packet(p, 2); err != nil {
+				return err
+			}
+			if err := sink.Flush(); err != nil {
 				return err
 			}
 		}

@@ -19,11 +19,39 @@ type Handler interface {
 	// Call answers a request of any operation but OpTrace; the result is
 	// marshalled to JSON.
 	Call(ctx context.Context, r Request) (any, error)
-	// Trace streams packets by calling send for each (lost: how many the
-	// stream left out just before this one) until ctx is done (the
-	// client left or the server closes) or send fails.
-	Trace(ctx context.Context, r Request, send func(p *Packet, lost uint64) error) error
+	// Trace streams packets into sink until ctx is done (the client left
+	// or the server closes) or the sink fails. It calls sink.Flush
+	// before it waits for more packets.
+	Trace(ctx context.Context, r Request, sink TraceSink) error
 }
+
+// TraceSink receives a trace stream. Packet may buffer (a stream under
+// load writes many packets with one system call); Flush delivers what is
+// buffered, and is called whenever the stream is about to wait.
+type TraceSink interface {
+	// Packet takes one packet; lost counts those the stream left out
+	// just before it.
+	Packet(p *Packet, lost uint64) error
+	Flush() error
+}
+
+// connSink writes a trace stream's responses to a connection through a
+// buffer.
+type connSink struct {
+	s  *Server
+	c  net.Conn
+	id uint64
+	bw *bufio.Writer
+}
+
+func (k *connSink) Packet(p *Packet, lost uint64) error {
+	if k.bw.Buffered() == 0 {
+		k.s.setWriteDeadline(k.c) // the deadline covers the whole batch
+	}
+	return writeResponse(k.bw, &Response{ID: k.id, Packet: p, Lost: lost})
+}
+
+func (k *connSink) Flush() error { return k.bw.Flush() }
 
 // Defaults of Server's limits.
 const (
@@ -216,24 +244,38 @@ func (s *Server) trace(c net.Conn, br *bufio.Reader, r Request) {
 		_, _ = io.Copy(io.Discard, br)
 		cancel()
 	}()
-	err := s.Handler.Trace(ctx, r, func(p *Packet, lost uint64) error {
-		if !s.reply(c, &Response{ID: r.ID, Packet: p, Lost: lost}) {
-			return net.ErrClosed
-		}
-		return nil
-	})
-	if err != nil && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+	sink := &connSink{s: s, c: c, id: r.ID, bw: bufio.NewWriterSize(c, 64<<10)}
+	err := s.Handler.Trace(ctx, r, sink)
+	if err == nil {
+		err = sink.Flush()
+	}
+	if err != nil {
+		s.log().Debug("trace stream ended", "err", err)
+	}
+	if err != nil && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) && !isNetError(err) {
 		s.reply(c, &Response{ID: r.ID, Error: toError(err)})
 	}
 }
 
-// reply writes one response; false when the connection is gone.
-func (s *Server) reply(c net.Conn, r *Response) bool {
+// isNetError reports a failed write to the connection (the client went
+// away or does not read): nothing more can be said on it.
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+// setWriteDeadline gives the next writes WriteTimeout.
+func (s *Server) setWriteDeadline(c net.Conn) {
 	wt := s.WriteTimeout
 	if wt <= 0 {
 		wt = DefaultWriteTimeout
 	}
 	_ = c.SetWriteDeadline(time.Now().Add(wt))
+}
+
+// reply writes one response; false when the connection is gone.
+func (s *Server) reply(c net.Conn, r *Response) bool {
+	s.setWriteDeadline(c)
 	if err := writeResponse(c, r); err != nil {
 		s.log().Debug("control connection dropped", "err", err)
 		return false

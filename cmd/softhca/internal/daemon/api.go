@@ -220,8 +220,8 @@ func statCounters(st hca.Stats) []namedValue {
 	}
 }
 
-// Trace streams the traced packets.
-func (a *api) Trace(ctx context.Context, r control.Request, send func(*control.Packet, uint64) error) error {
+// Trace streams the traced packets, a batch at a time.
+func (a *api) Trace(ctx context.Context, r control.Request, sink control.TraceSink) error {
 	d := a.d
 	if len(d.tr.slots) == 0 {
 		return control.Errorf(syscall.EOPNOTSUPP, "the daemon keeps no packets (it was started with --trace-ring 0)")
@@ -233,13 +233,16 @@ func (a *api) Trace(ctx context.Context, r control.Request, send func(*control.P
 		var wake <-chan struct{}
 		buf, from, lost, wake = d.tr.since(from, 256, buf)
 		for i := range buf {
-			if err := send(d.packetJSON(&buf[i]), lost); err != nil {
+			if err := sink.Packet(d.packetJSON(&buf[i]), lost); err != nil {
 				return err
 			}
 			lost = 0
 		}
 		if len(buf) > 0 {
 			continue
+		}
+		if err := sink.Flush(); err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():

@@ -92,6 +92,31 @@ func hostCheck(next http.Handler) http.Handler {
 	})
 }
 
+// sseSink writes a trace stream as server-sent events: one "packet"
+// event per packet (the control API's Packet, with "lost"), sent when
+// the stream is about to wait (the ResponseWriter buffers until then).
+type sseSink struct {
+	w  http.ResponseWriter
+	fl http.Flusher
+}
+
+func (s sseSink) Packet(p *control.Packet, lost uint64) error {
+	b, err := json.Marshal(struct {
+		*control.Packet
+		Lost uint64 `json:"lost,omitempty"`
+	}{p, lost})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(s.w, "event: packet\ndata: %s\n\n", b)
+	return err
+}
+
+func (s sseSink) Flush() error {
+	s.fl.Flush()
+	return nil
+}
+
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -126,20 +151,7 @@ func (d *Daemon) serveTraceSSE(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	fl.Flush()
-	err := (&api{d: d}).Trace(ctx, control.Request{Op: control.OpTrace, Recent: recent}, func(p *control.Packet, lost uint64) error {
-		b, err := json.Marshal(struct {
-			*control.Packet
-			Lost uint64 `json:"lost,omitempty"`
-		}{p, lost})
-		if err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintf(w, "event: packet\ndata: %s\n\n", b); err != nil {
-			return err
-		}
-		fl.Flush()
-		return nil
-	})
+	err := (&api{d: d}).Trace(ctx, control.Request{Op: control.OpTrace, Recent: recent}, sseSink{w, fl})
 	var ce *control.Error
 	if errors.As(err, &ce) {
 		b, _ := json.Marshal(ce.Message) // a JSON string: one line, whatever the message holds
