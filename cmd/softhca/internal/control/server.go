@@ -260,8 +260,8 @@ func (s *Server) trace(c net.Conn, br *bufio.Reader, r Request) {
 // isNetError reports a failed write to the connection (the client went
 // away or does not read): nothing more can be said on it.
 func isNetError(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne)
+	var oe *net.OpError // not net.Error: a syscall.Errno is one too
+	return errors.As(err, &oe)
 }
 
 // setWriteDeadline gives the next writes WriteTimeout.
