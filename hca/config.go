@@ -1,7 +1,6 @@
 package hca
 
 import (
-	"encoding/binary"
 	"math"
 	"net/netip"
 	"reflect"
@@ -13,6 +12,7 @@ import (
 	"github.com/softhca/softhca/transport"
 
 	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
 )
 
 // Config describes a device to open. The zero value is a working device
@@ -272,8 +272,7 @@ func guidFor(addrs []netip.Addr) uint64 {
 		b := addrs[0].As16()
 		copy(mac[2:], b[12:])
 	}
-	eui := [8]byte{mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]}
-	return binary.BigEndian.Uint64(eui[:])
+	return wire.GUIDFromMAC(mac)
 }
 
 // mergeNonZero returns v with each zero field replaced by def's.

@@ -161,14 +161,9 @@ func (d *Device) TransportStats() Stats {
 }
 
 // linkLocalGID is fe80::/64 with the node GUID as interface identifier,
-// the GID rxe puts at index 0.
+// the GID rxe puts at index 0 (wire.LinkLocalFromGUID).
 func linkLocalGID(guid uint64) verbs.GID {
-	var g verbs.GID
-	g[0], g[1] = 0xfe, 0x80
-	for i := 0; i < 8; i++ {
-		g[15-i] = byte(guid >> (8 * i))
-	}
-	return g
+	return verbs.GIDFromAddr(wire.LinkLocalFromGUID(guid))
 }
 
 // Name returns the device name.

@@ -5,23 +5,15 @@ import (
 	"net/netip"
 
 	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
 )
-
-// rxeHeaderBytes is what rxe subtracts from its netdev's MTU before
-// rounding down to an InfiniBand MTU (RXE_MAX_HDR_LENGTH in rxe_set_mtu):
-// Ethernet, IP, UDP and InfiniBand headers.
-const rxeHeaderBytes = 80
 
 // NetdevActiveMTU is the active MTU rxe gives a port on a network
 // interface whose MTU is ifMTU: ifMTU less 80 bytes of headers, rounded
 // down to an InfiniBand MTU, between 256 and 4096 (1500 gives 1024, a
-// 9000-byte or loopback interface 4096).
+// 9000-byte or loopback interface 4096): wire.NetdevPathMTU as a code.
 func NetdevActiveMTU(ifMTU int) verbs.MTU {
-	m := verbs.MTUFromBytes(ifMTU - rxeHeaderBytes)
-	if m == 0 {
-		return verbs.MTU256
-	}
-	return min(m, verbs.MTU4096)
+	return verbs.MTUFromBytes(wire.NetdevPathMTU(ifMTU))
 }
 
 // ActiveMTUFor is the active MTU rxe would give a port on the interface

@@ -5,6 +5,9 @@
 //
 // Implementations: link/udp (a UDP socket, unprivileged, the default),
 // link/pipe (an in-memory pair with seeded fault injection, for tests).
+// link/tap holds the frame layer of the coming TAP link: softhca as a host
+// with its own MAC and addresses (Ethernet, ARP, neighbour discovery,
+// ICMP echo, RoCEv2 framing), without the device yet.
 //
 // # Ownership and threading
 //
