@@ -143,16 +143,17 @@ func qpJSON(dev string, q hca.QPInfo) control.QP {
 	j.TxPackets, j.TxBytes, j.RxPackets = c.TxPackets, c.TxBytes, c.RxPackets
 	j.Retransmits, j.RetxPackets, j.RetryTimeouts = c.Retransmits, c.RetransmittedPackets, c.RetryTimeouts
 	j.RNRNAKsSent, j.RNRNAKsReceived, j.SeqNAKsSent, j.SeqNAKsReceived = c.RNRNAKsSent, c.RNRNAKsReceived, c.SeqNAKsSent, c.SeqNAKsReceived
-	if q.Type != verbs.QPTypeUD && a.QPState >= verbs.QPStateRTR && a.QPState != verbs.QPStateErr {
-		j.RQPN = a.DestQPNum
+	if q.Type == verbs.QPTypeUD {
+		return j
+	}
+	j.RQPN = a.DestQPNum
+	if a.QPState >= verbs.QPStateRTR && a.QPState != verbs.QPStateErr {
 		if a.PathMTU.Valid() {
 			j.PathMTU = a.PathMTU.Bytes()
 		}
 		if a.AHAttr.IsGlobal {
 			j.DGID = gidText(a.AHAttr.GRH.DGID)
 		}
-	} else if q.Type != verbs.QPTypeUD {
-		j.RQPN = a.DestQPNum
 	}
 	return j
 }

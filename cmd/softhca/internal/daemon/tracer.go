@@ -26,7 +26,10 @@ type tracer struct {
 	mu    sync.Mutex
 	slots []traced // fixed; slot i holds packet seq with seq%len == i
 	next  uint64   // sequence number of the next packet recorded
-	wake  chan struct{}
+	// wake is closed by the next record once a reader took it (waiting):
+	// a device nobody traces makes no channel per packet.
+	wake    chan struct{}
+	waiting bool
 }
 
 // traced is one recorded packet.
@@ -63,14 +66,16 @@ func (t *tracer) record(dir hca.Direction, p *link.Packet) {
 	}
 	s.data = append(s.data[:0], p.Buf[:min(len(p.Buf), maxTraced)]...)
 	t.next++
-	w := t.wake
-	t.wake = make(chan struct{})
+	if t.waiting {
+		close(t.wake)
+		t.wake, t.waiting = make(chan struct{}), false
+	}
 	t.mu.Unlock()
-	close(w)
 }
 
 // since copies out the packets from sequence number from on, at most
-// max of them (0: all), into out (reused), and returns them, the
+// max of them (0: all), into out (its elements and their buffers
+// reused: what it returned last time is overwritten), and returns them, the
 // sequence number to ask for next, how many were lost (overwritten
 // before they were read) and a channel closed when another packet is
 // recorded.
@@ -85,10 +90,17 @@ func (t *tracer) since(from uint64, max int, out []traced) ([]traced, uint64, ui
 	}
 	for ; from < t.next && (max == 0 || len(out) < max); from++ {
 		s := &t.slots[from%uint64(len(t.slots))]
-		c := *s
-		c.data = append([]byte(nil), s.data...)
-		out = append(out, c)
+		if len(out) < cap(out) {
+			out = out[:len(out)+1]
+		} else {
+			out = append(out, traced{})
+		}
+		c := &out[len(out)-1]
+		data := c.data[:0]
+		*c = *s
+		c.data = append(data, s.data...)
 	}
+	t.waiting = true
 	return out, from, lost, t.wake
 }
 

@@ -56,3 +56,41 @@ func TestTracerRing(t *testing.T) {
 	out, _, _, _ = none.since(0, 0, nil)
 	require.Empty(t, out)
 }
+
+// TestTracerRecordAllocatesNothing: once the ring's buffers exist,
+// recording a packet allocates nothing, whether or not a reader waits
+// (the hook runs for every packet the device moves). It made a channel
+// per packet.
+func TestTracerRecordAllocatesNothing(t *testing.T) {
+	tr := newTracer(4, time.Now)
+	p := &link.Packet{Buf: make([]byte, 1024)}
+	for range 4 {
+		tr.record(hca.Sent, p) // each slot gets its buffer
+	}
+	require.Zero(t, testing.AllocsPerRun(100, func() { tr.record(hca.Sent, p) }))
+	// A reader waiting is woken by the next record, once.
+	_, next, _, wake := tr.since(0, 0, nil)
+	select {
+	case <-wake:
+		t.Fatal("woken before a packet came")
+	default:
+	}
+	tr.record(hca.Received, p)
+	<-wake
+	out, _, _, _ := tr.since(next, 0, nil)
+	require.Len(t, out, 1)
+	require.Equal(t, hca.Received, out[0].dir)
+}
+
+// TestTracerSinceReusesBuffers: a reader's batch reuses the buffers of
+// its previous one.
+func TestTracerSinceReusesBuffers(t *testing.T) {
+	tr := newTracer(8, time.Now)
+	p := &link.Packet{Buf: make([]byte, 512)}
+	for range 4 {
+		tr.record(hca.Sent, p)
+	}
+	out, _, _, _ := tr.since(0, 0, nil)
+	require.Zero(t, testing.AllocsPerRun(100, func() { out, _, _, _ = tr.since(0, 0, out) }))
+	require.Len(t, out, 4)
+}
