@@ -65,6 +65,8 @@ type Daemon struct {
 	httpAddr string
 	metSrv   *http.Server
 	metAddr  string
+	// sseStreams counts the web page's packet streams open (http.go).
+	sseStreams atomic.Int32
 
 	// stopCtx ends when the shutdown begins: streams (web, trace) that
 	// would keep a server's Shutdown waiting end with it.

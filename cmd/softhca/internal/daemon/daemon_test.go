@@ -449,3 +449,28 @@ func TestLimits(t *testing.T) {
 	require.NoError(t, dial(t, d).Call(context.Background(), control.Request{Op: control.OpDevinfo}, &dv))
 	require.Equal(t, uint32(2), dv.VerbsAttr().MaxQP)
 }
+
+// TestHTTPStreamLimit: the web server holds at most 16 packet streams;
+// one more is refused at once with 503.
+func TestHTTPStreamLimit(t *testing.T) {
+	d := start(t, func(c *daemon.Config) { c.HTTP = "127.0.0.1:0" })
+	url := "http://" + d.HTTPAddr() + "/api/trace"
+	var open []*http.Response
+	defer func() {
+		for _, r := range open {
+			r.Body.Close()
+		}
+	}()
+	for range 16 {
+		resp, err := http.Get(url) // returns once the headers came: the stream is counted
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		open = append(open, resp)
+	}
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Contains(t, string(body), "16 packet streams are open already")
+}

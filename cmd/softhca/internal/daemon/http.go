@@ -92,6 +92,9 @@ func hostCheck(next http.Handler) http.Handler {
 	})
 }
 
+// maxSSEStreams bounds the web page's packet streams open at once.
+const maxSSEStreams = 16
+
 // sseSink writes a trace stream as server-sent events: one "packet"
 // event per packet (the control API's Packet, with "lost"), sent when
 // the stream is about to wait (the ResponseWriter buffers until then).
@@ -126,6 +129,14 @@ func writeJSON(w http.ResponseWriter, v any) {
 // serveTraceSSE streams packets as server-sent events until the client
 // leaves or the server shuts down.
 func (d *Daemon) serveTraceSSE(w http.ResponseWriter, r *http.Request) {
+	// Each stream holds a goroutine and a batch buffer for as long as
+	// its client stays: bounded, as the control socket's connections are.
+	if d.sseStreams.Add(1) > maxSSEStreams {
+		d.sseStreams.Add(-1)
+		http.Error(w, fmt.Sprintf("%d packet streams are open already; close a page and retry", maxSSEStreams), http.StatusServiceUnavailable)
+		return
+	}
+	defer d.sseStreams.Add(-1)
 	recent := 0
 	if s := r.URL.Query().Get("recent"); s != "" {
 		n, err := strconv.Atoi(s)

@@ -152,8 +152,16 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		w.log.Debug("output", "line", string(w.buf[:i]))
 		w.buf = w.buf[i+1:]
 	}
+	if len(w.buf) >= maxLogLine {
+		// A line without its end yet: logged in pieces, not held whole.
+		w.log.Debug("output", "line", string(w.buf))
+		w.buf = w.buf[:0]
+	}
 	return len(p), nil
 }
+
+// maxLogLine bounds the part of a tool's line the log writer holds.
+const maxLogLine = 4096
 
 func (w *logWriter) flush() {
 	w.mu.Lock()

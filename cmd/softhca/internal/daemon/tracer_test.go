@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"bytes"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -93,4 +95,20 @@ func TestTracerSinceReusesBuffers(t *testing.T) {
 	out, _, _, _ := tr.since(0, 0, nil)
 	require.Zero(t, testing.AllocsPerRun(100, func() { out, _, _, _ = tr.since(0, 0, out) }))
 	require.Len(t, out, 4)
+}
+
+// TestLogWriterBounded: a tool's output without a line end is logged in
+// pieces of at most maxLogLine bytes, not held whole.
+func TestLogWriterBounded(t *testing.T) {
+	var out bytes.Buffer
+	w := &logWriter{log: slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	chunk := bytes.Repeat([]byte("x"), 1000)
+	for range 20 {
+		_, err := w.Write(chunk)
+		require.NoError(t, err)
+		require.Less(t, len(w.buf), maxLogLine)
+	}
+	_, _ = w.Write([]byte("end\n"))
+	require.Empty(t, w.buf)
+	require.Equal(t, 5, bytes.Count(out.Bytes(), []byte("msg=output")))
 }
