@@ -90,7 +90,7 @@ func (d *Device) CreateCQ(cqe int, ch *CompChannel, ctx any, compVector int) (*C
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.reserveLocked(op, &d.counts.cq, d.cfg.Attr.MaxCQ, "CQs"); err != nil {
+	if err := d.roomLocked(op, len(d.cqs), d.cfg.Attr.MaxCQ, "CQs"); err != nil {
 		return nil, err
 	}
 	w := &CQ{dev: d, ch: ch}
@@ -100,7 +100,6 @@ func (d *Device) CreateCQ(cqe int, ch *CompChannel, ctx any, compVector int) (*C
 	}
 	c, err := cq.New(cfg)
 	if err != nil {
-		d.counts.cq--
 		return nil, err
 	}
 	w.cq = c
@@ -220,7 +219,6 @@ func (c *CQ) Destroy(ctx context.Context) error {
 	c.dev.ev.purge(func(e *AsyncEvent) bool { return e.CQ == c })
 	d := c.dev
 	d.mu.Lock()
-	d.counts.cq--
 	delete(d.cqs, c.num)
 	d.mu.Unlock()
 	return nil

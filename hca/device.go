@@ -33,10 +33,11 @@ type Device struct {
 	nextPD  uint32
 	nextQPN uint32
 	qps     map[uint32]*QP // by QP number; protected by mu
-	counts  struct{ pd, cq, qp, srq, ah int }
-	// The live PDs, CQs and SRQs by number, for Resources; protected
-	// by mu. CQs and SRQs are numbered from 1 in creation order, as
-	// the kernel numbers cqn and srqn.
+	ahs     int            // address handles alive; protected by mu
+	// The live PDs, CQs and SRQs by number (their counts against the
+	// device limits, and Resources); protected by mu. CQs and SRQs are
+	// numbered from 1 in creation order, as the kernel numbers cqn and
+	// srqn.
 	pds             map[uint32]*PD
 	cqs             map[uint32]*CQ
 	srqs            map[uint32]*SRQ
@@ -271,17 +272,17 @@ func (d *Device) QueryPKey(port uint8, index int) (uint16, error) {
 	return 0, nil
 }
 
-// reserve counts one more object of a kind against its device limit.
+// roomLocked checks that the device is open and that, holding have
+// objects of a kind, it may make one more under the kind's limit.
 //
 // Preconditions: d.mu is held.
-func (d *Device) reserveLocked(op string, n *int, limit uint32, what string) error {
+func (d *Device) roomLocked(op string, have int, limit uint32, what string) error {
 	if d.closed {
 		return verbs.Errorf(op, syscall.EINVAL, "device is closed")
 	}
-	if *n >= int(limit) {
+	if have >= int(limit) {
 		return verbs.Errorf(op, syscall.ENOMEM, "device holds its maximum of %d %s", limit, what)
 	}
-	*n++
 	return nil
 }
 
@@ -304,7 +305,7 @@ func (a *AH) Destroy() error {
 		return verbs.Errorf("destroy_ah", syscall.EINVAL, "address handle is already destroyed")
 	}
 	a.dead = true
-	d.counts.ah--
+	d.ahs--
 	a.pd.refs--
 	return nil
 }

@@ -21,7 +21,7 @@ type PD struct {
 func (d *Device) AllocPD() (*PD, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.reserveLocked("alloc_pd", &d.counts.pd, d.cfg.Attr.MaxPD, "PDs"); err != nil {
+	if err := d.roomLocked("alloc_pd", len(d.pds), d.cfg.Attr.MaxPD, "PDs"); err != nil {
 		return nil, err
 	}
 	p := &PD{dev: d, handle: d.nextPD}
@@ -49,7 +49,6 @@ func (p *PD) Dealloc() error {
 		return verbs.Errorf("dealloc_pd", syscall.EBUSY, "PD %d still holds %d objects", p.handle, p.refs)
 	}
 	p.dead = true
-	d.counts.pd--
 	delete(d.pds, p.handle)
 	return nil
 }
@@ -152,9 +151,10 @@ func (p *PD) CreateAH(attr verbs.AHAttr) (*AH, error) {
 	if err := p.liveLocked(op); err != nil {
 		return nil, err
 	}
-	if err := d.reserveLocked(op, &d.counts.ah, d.cfg.Attr.MaxAH, "address handles"); err != nil {
+	if err := d.roomLocked(op, d.ahs, d.cfg.Attr.MaxAH, "address handles"); err != nil {
 		return nil, err
 	}
+	d.ahs++
 	p.refs++
 	return &AH{attr: attr, pd: p}, nil
 }

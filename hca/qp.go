@@ -64,12 +64,11 @@ func (p *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 	if init.SRQ != nil && init.SRQ.pd != p {
 		return nil, verbs.Errorf(op, syscall.EINVAL, "the SRQ belongs to another protection domain")
 	}
-	if err := d.reserveLocked(op, &d.counts.qp, d.cfg.Attr.MaxQP, "QPs"); err != nil {
+	if err := d.roomLocked(op, len(d.qps), d.cfg.Attr.MaxQP, "QPs"); err != nil {
 		return nil, err
 	}
 	qpn, ok := d.allocQPNLocked()
 	if !ok {
-		d.counts.qp--
 		return nil, verbs.Errorf(op, syscall.ENOMEM, "no free QP number")
 	}
 	w := &QP{pd: p, send: init.SendCQ, recv: init.RecvCQ, srq: init.SRQ, groups: map[verbs.GID]bool{}}
@@ -114,7 +113,6 @@ func (p *PD) CreateQP(init *QPInitAttr) (*QP, error) {
 		UDOversizeError: d.cfg.UDOversizeError,
 	})
 	if err != nil {
-		d.counts.qp--
 		return nil, err
 	}
 	w.qp = q
@@ -248,7 +246,6 @@ func (q *QP) Destroy(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.qps, q.Num())
-	d.counts.qp--
 	q.pd.refs--
 	return nil
 }

@@ -57,18 +57,16 @@ func (p *PD) CreateSRQ(init *SRQInitAttr) (*SRQ, error) {
 	if err := p.liveLocked(op); err != nil {
 		return nil, err
 	}
-	if err := d.reserveLocked(op, &d.counts.srq, d.cfg.Attr.MaxSRQ, "SRQs"); err != nil {
+	if err := d.roomLocked(op, len(d.srqs), d.cfg.Attr.MaxSRQ, "SRQs"); err != nil {
 		return nil, err
 	}
 	w := &SRQ{pd: p}
 	var tmc *srq.TMConfig
 	if init.TM != nil {
 		if init.CQ == nil {
-			d.counts.srq--
 			return nil, verbs.Errorf(op, syscall.EINVAL, "a tag-matching SRQ needs a CQ")
 		}
 		if init.CQ.cq.Acquire() != nil {
-			d.counts.srq--
 			return nil, verbs.Errorf(op, syscall.EINVAL, "the CQ is destroyed")
 		}
 		tc := &d.cfg.Attr.TM
@@ -94,7 +92,6 @@ func (p *PD) CreateSRQ(init *SRQInitAttr) (*SRQ, error) {
 		if w.cq != nil {
 			w.cq.cq.RemoveUser()
 		}
-		d.counts.srq--
 		return nil, err
 	}
 	w.srq = s
@@ -155,7 +152,6 @@ func (s *SRQ) Destroy(ctx context.Context) error {
 	if s.cq != nil {
 		s.cq.cq.RemoveUser()
 	}
-	d.counts.srq--
 	delete(d.srqs, s.num)
 	s.pd.refs--
 	return nil
