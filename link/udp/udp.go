@@ -253,6 +253,13 @@ func (l *Link) setup(fd int, cfg Config) error {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1); err != nil {
 			return fmt.Errorf("IPV6_RECVHOPLIMIT: %w", err)
 		}
+		// RoCEv2 senders send IPv6 with UDP checksum 0 (IBTA A17.2.3;
+		// rxe and link/tap do), which Linux drops on an ordinary socket
+		// (RFC 8200 requires a checksum): accept them, as rxe's own
+		// tunnel socket does (udp_sock_create6 sets no_check6_rx).
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1); err != nil {
+			return fmt.Errorf("UDP_NO_CHECK6_RX: %w", err)
+		}
 		if cfg.ECN {
 			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, ect0); err != nil {
 				return fmt.Errorf("IPV6_TCLASS: %w", err)
