@@ -62,6 +62,13 @@ type Config struct {
 	// The link must be bound to one address, not a wildcard: the
 	// device's GIDs name the address its packets carry. With Addrs empty,
 	// that address is the port's only one (GID index 1).
+	//
+	// A link.Interface (link/tap) is a host of its own, as rxe's netdev
+	// is: the device sends from any of its addresses, and takes from it
+	// what Addrs, Attr.NodeGUID and PortAttr.ActiveMTU leave unset (the
+	// interface's addresses, GID 0 its link-local one; the GUID of its
+	// MAC; rxe's MTU for its MTU). Addrs may pick some of its addresses,
+	// no others.
 	Link link.Link
 	// PeerPort is the UDP destination port of every packet: 4791 (the
 	// default) on a network; tests with several devices on one IP address

@@ -33,7 +33,8 @@ type ConnectOptions struct {
 	// SGIDIndex is the sgid_index of the address vector: the local GID
 	// the QP sends from. 0 takes 1, the device's first address
 	// (ibv_rc_pingpong needs -g for RoCE; 1 is what rxe users give it).
-	// Index 0 is the link-local GID, which a softhca link never sends from.
+	// Index 0 is the link-local GID, which only a device on a
+	// link.Interface (link/tap) can send from.
 	SGIDIndex uint8
 	// PathMTU is the path_mtu (RC, UC); 0 takes the port's active MTU
 	// (ibv_rc_pingpong's default is 1024, rxe's active MTU on a

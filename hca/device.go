@@ -3,6 +3,7 @@ package hca
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -24,9 +25,11 @@ type Device struct {
 	mrs  *mr.Table
 	ev   asyncQueue
 	eng  *transport.Engine // nil without a link
-	// local is the link's address: the only source address its packets
-	// can carry.
+	// local is the link's address and port. srcs are the source
+	// addresses its packets can carry: local.Src, or every address of a
+	// link.Interface.
 	local wire.Net
+	srcs  []netip.Addr
 
 	mu      sync.Mutex
 	closed  bool
@@ -57,9 +60,19 @@ func Open(cfg Config) (*Device, error) {
 			// the link must be bound to one address.
 			return nil, verbs.Errorf("open_device", syscall.EINVAL, "the link is bound to no specific address (%v); bind the address the device's GID should carry", local.Src)
 		}
-		if len(cfg.Addrs) == 0 {
+		if _, ok := cfg.Link.(link.Interface); !ok && len(cfg.Addrs) == 0 {
 			cfg.Addrs = []netip.Addr{local.Src}
 		}
+	}
+	var srcs []netip.Addr
+	if ifc, ok := cfg.Link.(link.Interface); ok {
+		var err error
+		if cfg, err = interfaceConfig(cfg, ifc); err != nil {
+			return nil, err
+		}
+		srcs = ifc.Addrs()
+	} else if cfg.Link != nil {
+		srcs = []netip.Addr{local.Src}
 	}
 	if cfg.BusyPoll && cfg.Link != nil {
 		if _, ok := cfg.Link.(link.Poller); !ok {
@@ -91,6 +104,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.ev.init()
 	d.local = local
+	d.srcs = srcs
 	d.gids = append(d.gids, linkLocalGID(cfg.Attr.NodeGUID))
 	for _, a := range cfg.Addrs {
 		d.gids = append(d.gids, verbs.GIDFromAddr(a))
@@ -135,7 +149,7 @@ func (d *Device) resolve(av *verbs.AHAttr) (wire.Net, error) {
 	if src.Is4() != dst.Is4() {
 		return wire.Net{}, fmt.Errorf("sgid_index %d (%s) and dgid %s are of different address families", i, src, dst)
 	}
-	if d.eng != nil && src != d.local.Src {
+	if d.eng != nil && !slices.Contains(d.srcs, src) {
 		return wire.Net{}, fmt.Errorf("sgid_index %d names %s, but the device's link sends from %s", i, src, d.local.Src)
 	}
 	port := d.cfg.PeerPort

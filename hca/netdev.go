@@ -3,6 +3,9 @@ package hca
 import (
 	"net"
 	"net/netip"
+	"syscall"
+
+	"github.com/softhca/softhca/link"
 
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
@@ -57,4 +60,39 @@ func ActiveMTUFor(addr netip.Addr) verbs.MTU {
 		return verbs.MTU1024
 	}
 	return NetdevActiveMTU(containing)
+}
+
+// interfaceConfig fills what a device on a network interface of its own
+// (a link.Interface: link/tap) takes from it, as rxe takes it from its
+// netdev: the addresses (GID 1 onwards: the interface's, the link-local
+// one aside, unless Config.Addrs picks some of them), the node GUID (from
+// the MAC, so that GID 0 is the interface's link-local address) and the
+// active MTU (NetdevActiveMTU of the interface's MTU). Fields already set
+// are kept; addresses the interface does not have are an error.
+func interfaceConfig(cfg Config, ifc link.Interface) (Config, error) {
+	addrs := ifc.Addrs()
+	ll := wire.LinkLocalFromGUID(wire.GUIDFromMAC(ifc.MAC()))
+	if len(cfg.Addrs) == 0 {
+		for _, a := range addrs {
+			if a != ll {
+				cfg.Addrs = append(cfg.Addrs, a)
+			}
+		}
+	}
+	for _, a := range cfg.Addrs {
+		found := false
+		for _, b := range addrs {
+			found = found || a.Unmap() == b
+		}
+		if !found {
+			return cfg, verbs.Errorf("open_device", syscall.EINVAL, "address %s is not one of the link's (%v)", a, addrs)
+		}
+	}
+	if cfg.Attr.NodeGUID == 0 {
+		cfg.Attr.NodeGUID = wire.GUIDFromMAC(ifc.MAC())
+	}
+	if cfg.PortAttr.ActiveMTU == 0 {
+		cfg.PortAttr.ActiveMTU = NetdevActiveMTU(ifc.MTU())
+	}
+	return cfg, nil
 }

@@ -4,10 +4,9 @@
 // nothing of queue pairs.
 //
 // Implementations: link/udp (a UDP socket, unprivileged, the default),
-// link/pipe (an in-memory pair with seeded fault injection, for tests).
-// link/tap holds the frame layer of the coming TAP link: softhca as a host
-// with its own MAC and addresses (Ethernet, ARP, neighbour discovery,
-// ICMP echo, RoCEv2 framing), without the device yet.
+// link/tap (a TAP device: softhca as a host of its own on an Ethernet
+// link, with its own MAC and addresses; an Interface), link/pipe (an
+// in-memory pair with seeded fault injection, for tests).
 //
 // # Ownership and threading
 //
@@ -19,7 +18,11 @@
 // net.ErrClosed and releases every goroutine the link started.
 package link
 
-import "github.com/softhca/softhca/wire"
+import (
+	"net/netip"
+
+	"github.com/softhca/softhca/wire"
+)
 
 // MaxPacketSize is the largest InfiniBand packet a link carries: a 4096-byte
 // path MTU payload plus the largest header stack, pad and ICRC, rounded
@@ -83,6 +86,27 @@ type Poller interface {
 	WaitReadable(ready func() bool) error
 }
 
+// Interface is a Link that is a host of its own on a network interface
+// (link/tap): it has a MAC address, an MTU and several IP addresses, and
+// sends from any of them. A device on an Interface takes its GID table,
+// node GUID and active MTU from it, as rxe takes them from its netdev.
+//
+// An Interface sees the IP headers: Recv returns only packets whose ICRC
+// it has checked over the headers they arrived with, all 32 bits of it,
+// and fills Net with those headers as they were (the IPv4 ID and DF
+// included), so that the reader need not check again.
+type Interface interface {
+	Link
+	// Addrs returns the interface's addresses, the IPv6 link-local
+	// address derived from MAC last (wire.LinkLocalFromGUID of
+	// wire.GUIDFromMAC).
+	Addrs() []netip.Addr
+	// MAC returns the interface's Ethernet address.
+	MAC() [6]byte
+	// MTU returns the interface's IP MTU.
+	MTU() int
+}
+
 // Stats are a link's counters. Every dropped packet is counted under a
 // named reason.
 type Stats struct {
@@ -106,4 +130,8 @@ type Stats struct {
 	// traffic class) the link marked Congestion Experienced (link/pipe's
 	// Faults.CE and Faults.MarkCE, and its filter).
 	InjectedCE uint64
+	// Drops are the link's own drop counters by name, beyond the fields
+	// above, zeros included (link/tap's frame drops by reason); nil for
+	// links without any.
+	Drops map[string]uint64
 }

@@ -93,6 +93,11 @@ type Engine struct {
 	// poller is the link when it can be read without waiting (busy
 	// polling, Progress); nil otherwise.
 	poller link.Poller
+	// checked is set when the link checks every packet's ICRC over the
+	// headers it arrived with (a link.Interface): dispatch then takes the
+	// IP fields as they came and checks only the InfiniBand headers,
+	// instead of recovering the IPv4 ID (wire.ParseDatagram).
+	checked bool
 	// rxMu serialises reading the link and handing the packets to the
 	// workers (the receive goroutine, busy pollers), so that each QP's
 	// packets reach its worker in arrival order. It guards rx and
@@ -150,6 +155,7 @@ func NewEngine(cfg Config) *Engine {
 	}
 	e := &Engine{cfg: cfg, done: make(chan struct{}), cc: newCongestion(cfg.CC, cfg.Workers)}
 	e.poller, _ = cfg.Link.(link.Poller)
+	_, e.checked = cfg.Link.(link.Interface)
 	e.readyFn = e.ready
 	e.pool.init(cfg.Buffers)
 	for range cfg.Workers {
@@ -380,11 +386,19 @@ func (e *Engine) Progress() bool {
 // or nil when it was dropped (and counted).
 func (e *Engine) dispatch(lp *link.Packet, rb *rxBuf) *Handle {
 	e.c.Rx.Add(1)
-	n := lp.Net
-	n.DontFragment = true
-	if r := wire.ParseDatagram(lp.Buf, &n, &rb.p); r != wire.DropNone {
-		e.c.Parse[r].Add(1)
-		return nil
+	if e.checked {
+		rb.p.Net = lp.Net
+		if r := wire.ParseTransport(lp.Buf, &rb.p); r != wire.DropNone {
+			e.c.Parse[r].Add(1)
+			return nil
+		}
+	} else {
+		n := lp.Net
+		n.DontFragment = true
+		if r := wire.ParseDatagram(lp.Buf, &n, &rb.p); r != wire.DropNone {
+			e.c.Parse[r].Add(1)
+			return nil
+		}
 	}
 	if e.cfg.Trace != nil {
 		lp.Net.ID = rb.p.Net.ID // as recovered by the ICRC check, so a pcap verifies

@@ -159,13 +159,18 @@ type namedCount struct {
 	n    uint64
 }
 
-// linkDrops are the link's drop counters, by name.
-func (s Stats) linkDrops() [3]namedCount {
-	return [3]namedCount{
+// linkDrops are the link's drop counters, by name: the three every link
+// has, then the link's own (link.Stats.Drops).
+func (s Stats) linkDrops() []namedCount {
+	d := []namedCount{
 		{"link: send failed", s.Link.TxDropped},
 		{"link: datagram larger than the receive buffer", s.Link.RxTruncated},
 		{"link: socket receive buffer full", s.Link.RxSocketDropped},
 	}
+	for k, v := range s.Link.Drops {
+		d = append(d, namedCount{"link: " + k, v})
+	}
+	return d
 }
 
 // DropNames returns the non-zero drop counters by name (the codec's
