@@ -814,3 +814,78 @@ func TestNoAllocs(t *testing.T) {
 	require.Equal(t, uint64(102), s.ResolveFailed)
 	require.Equal(t, uint64(102), s.TxQueued)
 }
+
+// TestAnnounce: a host announces its MAC for each address (a gratuitous
+// ARP request per IPv4 address, an unsolicited override advertisement per
+// IPv6 one), and a peer whose cache held another MAC for the addresses
+// sends to the announced one at once.
+func TestAnnounce(t *testing.T) {
+	h, out := newHost(t, tap.Config{})
+	peer, pout := newHost(t, tap.Config{MAC: peerMAC, Addrs: []netip.Addr{peer4, peer6}})
+	var p link.Packet
+	send := func(dst netip.Addr) {
+		n := wire.Net{Src: peer4, Dst: dst, DstPort: wire.RoCEv2Port, HopLimit: 64, DontFragment: true}
+		if dst.Is6() {
+			n.Src = peer6
+		}
+		peer.Send(t0, []link.Packet{{Buf: ibPacket(&n, 0, 10), Net: n}})
+	}
+	// The peer first knows the addresses at otherMAC (a host that had
+	// them before).
+	send(host4)
+	send(host6)
+	pout.take()
+	o, _ := peer.Receive(t0, arpFrame(t, peerMAC, layers.ARPReply, otherMAC, host4, peerMAC, peer4), &p)
+	require.Equal(t, tap.Learned, o)
+	na := naFrame(t, peerMAC, host6, peer6, host6, 0x60, otherMAC)
+	copy(na[6:12], otherMAC[:])
+	o, _ = peer.Receive(t0, na, &p)
+	require.Equal(t, tap.Learned, o)
+	for _, f := range pout.take() {
+		require.Equal(t, hw(otherMAC), decode(t, f).Layer(layers.LayerTypeEthernet).(*layers.Ethernet).DstMAC)
+	}
+
+	h.Announce()
+	f := out.take()
+	require.Len(t, f, 3, "one for host4, host6 and the link-local address")
+	pkt := requireIsomorphic(t, f[0])
+	require.Equal(t, hw(bcastMAC), pkt.Layer(layers.LayerTypeEthernet).(*layers.Ethernet).DstMAC)
+	a := pkt.Layer(layers.LayerTypeARP).(*layers.ARP)
+	require.Equal(t, uint16(layers.ARPRequest), a.Operation)
+	require.Equal(t, hostMAC[:], a.SourceHwAddress)
+	require.Equal(t, host4.AsSlice(), a.SourceProtAddress)
+	require.Equal(t, host4.AsSlice(), a.DstProtAddress, "an announcement: target address = sender address")
+	require.Equal(t, make([]byte, 6), a.DstHwAddress)
+	for i, want := range []netip.Addr{host6, hostLL} {
+		pkt := requireIsomorphic(t, f[1+i])
+		ip6 := pkt.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+		require.Equal(t, ip(want), ip6.SrcIP)
+		require.Equal(t, ip(allNodes), ip6.DstIP)
+		require.Equal(t, uint8(255), ip6.HopLimit)
+		adv := pkt.Layer(layers.LayerTypeICMPv6NeighborAdvertisement).(*layers.ICMPv6NeighborAdvertisement)
+		require.Equal(t, ip(want), adv.TargetAddress)
+		require.Equal(t, uint8(0x20), adv.Flags, "override, not solicited")
+		require.Len(t, adv.Options, 1)
+		require.Equal(t, layers.ICMPv6OptTargetAddress, adv.Options[0].Type)
+		require.Equal(t, hostMAC[:], adv.Options[0].Data)
+	}
+	require.Equal(t, uint64(3), h.Stats().Announcements)
+
+	// The peer takes the new MAC from them.
+	for _, fr := range f {
+		o, r := peer.Receive(t0, fr, &p)
+		require.Contains(t, []tap.Outcome{tap.Learned, tap.Dropped}, o)
+		if o == tap.Dropped {
+			require.Equal(t, tap.DropUnsolicited, r, "the link-local announcement: the peer has no entry for it")
+		}
+	}
+	for _, dst := range []netip.Addr{host4, host6} {
+		send(dst)
+		fs := pout.take()
+		require.NotEmpty(t, fs)
+		last := decode(t, fs[len(fs)-1])
+		require.Equal(t, hw(hostMAC), last.Layer(layers.LayerTypeEthernet).(*layers.Ethernet).DstMAC, "to %v", dst)
+	}
+	requireCounted(t, h.Stats())
+	requireCounted(t, peer.Stats())
+}

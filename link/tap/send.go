@@ -308,3 +308,34 @@ func (h *Host) NextDeadline() (time.Time, bool) {
 	}
 	return t, ok
 }
+
+// Announce tells the link the host's MAC for each of its addresses, as a
+// host does when its interface comes up or moves (Linux's arp_notify and
+// ndisc_notify, QEMU's announce after migration): a gratuitous ARP
+// request (RFC 5227's announcement: sender and target the address) for
+// each IPv4 address, and an unsolicited neighbour advertisement with the
+// override flag to all-nodes (RFC 4861 7.2.6) for each IPv6 one. Peers
+// whose caches hold another MAC for an address (a host that was there
+// before, with another MAC) update them at once instead of sending to it
+// until their entries go stale.
+func (h *Host) Announce() {
+	for _, a := range h.v4 {
+		b := h.buf[:ethHdrLen+arpLen]
+		putEth(b, broadcastMAC, h.mac, etherTypeARP)
+		r := b[ethHdrLen:]
+		binary.BigEndian.PutUint16(r[arpHType:], arpHWEth)
+		binary.BigEndian.PutUint16(r[arpPType:], etherTypeIPv4)
+		r[arpHLen], r[arpPLen] = 6, 4
+		binary.BigEndian.PutUint16(r[arpOp:], arpOpReq)
+		copy(r[arpSHA:], h.mac[:])
+		copy(r[arpSPA:], a[:])
+		clear(r[arpTHA : arpTHA+6])
+		copy(r[arpTPA:], a[:])
+		h.out.Emit(b)
+		h.stats.Announcements++
+	}
+	for _, a := range h.v6 {
+		h.emitNA(multicastMAC(netip.AddrFrom16(ipv6AllNodes)), ipv6AllNodes, a, ndFlagOverride)
+		h.stats.Announcements++
+	}
+}

@@ -260,6 +260,9 @@ type Stats struct {
 	// TxDropped counts packets not sent, by reason.
 	TxDropped [NumTxDropReasons]uint64
 
+	// Announcements counts the gratuitous ARP requests and unsolicited
+	// neighbour advertisements Announce sent.
+	Announcements uint64
 	// ARPRequests and NeighbourSolicits count the requests the host sent
 	// to resolve or re-confirm neighbours, retries included.
 	ARPRequests, NeighbourSolicits uint64
