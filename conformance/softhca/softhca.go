@@ -20,6 +20,7 @@ import (
 
 	"github.com/softhca/softhca/conformance"
 	"github.com/softhca/softhca/hca"
+	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/link/udp"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
@@ -41,6 +42,11 @@ type Target struct {
 	// Config is the device configuration; zero means hca's defaults with
 	// the addresses DefaultAddrs.
 	Config hca.Config
+	// OpenLinks opens the links of the two devices OpenPair makes, which
+	// must reach each other on port 4791 (each device sends to the port
+	// its peer's link has); nil: UDP sockets on loopback addresses. The
+	// devices take their GIDs from their links.
+	OpenLinks func() (link.Link, link.Link, error)
 }
 
 // DefaultAddrs are the addresses of a device Open makes when
@@ -90,11 +96,15 @@ func newShDevice(d *hca.Device) *shDevice {
 // other's. The devices' GIDs come from their links' addresses; the rest
 // of the configuration is s.Config. Closing a device closes its link.
 func (s *Target) OpenPair() (conformance.Device, conformance.Device, error) {
-	la, lb, err := openLoopbackLinks()
+	openLinks := s.OpenLinks
+	if openLinks == nil {
+		openLinks = openLoopbackLinks
+	}
+	la, lb, err := openLinks()
 	if err != nil {
 		return nil, nil, err
 	}
-	open := func(l, peer *udp.Link) (*hca.Device, error) {
+	open := func(l, peer link.Link) (*hca.Device, error) {
 		pn, err := peer.LocalAddr()
 		if err != nil {
 			return nil, err
@@ -122,7 +132,7 @@ func (s *Target) OpenPair() (conformance.Device, conformance.Device, error) {
 
 // openLoopbackLinks binds two UDP links on distinct random loopback
 // addresses, port 4791 if it is free there, any port otherwise.
-func openLoopbackLinks() (*udp.Link, *udp.Link, error) {
+func openLoopbackLinks() (link.Link, link.Link, error) {
 	randAddr := func() netip.Addr {
 		return netip.AddrFrom4([4]byte{127, byte(1 + rand.IntN(254)), byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
 	}

@@ -57,7 +57,18 @@ type Options struct {
 	IPv6 bool
 	// Directions says which directions are shaped.
 	Directions Directions
+	// Unshaped builds the path without a bottleneck: no qdiscs, and Rate,
+	// Burst, QueuePackets and Directions are ignored.
+	Unshaped bool
+	// Bridge puts a bridge on side 0 (Bridge, the name inside the
+	// namespace), with side 0's veth as its port and side 0's addresses
+	// and MAC, so that more interfaces can join side 0's link: a TAP
+	// device opened in side 0's namespace joins with Join.
+	Bridge bool
 }
+
+// Bridge is the name of side 0's bridge (Options.Bridge).
+const Bridge = "br0"
 
 // Path is a veth pair between two fresh network namespaces, side 0 and
 // side 1, with a bottleneck on the egress of the shaped sides. Its
@@ -126,7 +137,7 @@ func New(opts Options) (*Path, error) {
 			p.addr6[side] = netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x77, 7: subnet, 15: byte(side + 1)})
 		}
 	}
-	p.shaped = [2]bool{o.Directions != From1, o.Directions != From0}
+	p.shaped = [2]bool{o.Directions != From1 && !o.Unshaped, o.Directions != From0 && !o.Unshaped}
 	if err := p.build(); err != nil {
 		return nil, errors.Join(err, p.Close())
 	}
@@ -134,6 +145,9 @@ func New(opts Options) (*Path, error) {
 }
 
 func (o Options) withDefaults() (Options, error) {
+	if o.Unshaped {
+		o.Rate, o.Burst, o.QueuePackets, o.Directions = 1, 0, 1, BothWays
+	}
 	if o.Rate == 0 {
 		return o, fmt.Errorf("netpath: Options.Rate (bits per second) is required")
 	}
@@ -188,25 +202,44 @@ func (p *Path) build() error {
 		"type", "veth", "peer", "name", p.dev[1], "netns", p.ns[1], "index", "11", "address", macs[1], "mtu", mtu); err != nil {
 		return err
 	}
+	if o.Bridge {
+		// No multicast snooping: the bridge floods neighbour
+		// solicitations to every port, whether or not its host sent MLD
+		// reports.
+		if err := run("ip", "-n", p.ns[0], "link", "add", Bridge, "address", macs[0], "mtu", mtu,
+			"type", "bridge", "mcast_snooping", "0"); err != nil {
+			return err
+		}
+		if err := run("ip", "-n", p.ns[0], "link", "set", p.dev[0], "master", Bridge); err != nil {
+			return err
+		}
+	}
 	for side := range 2 {
+		dev := p.dev[side] // where the side's addresses go
+		if side == 0 && o.Bridge {
+			dev = Bridge
+		}
 		if !o.IPv6 {
-			if err := p.sysctl(side, "net/ipv6/conf/"+p.dev[side]+"/disable_ipv6", "1"); err != nil {
+			if err := p.sysctl(side, "net/ipv6/conf/"+dev+"/disable_ipv6", "1"); err != nil {
 				return err
 			}
 		}
 		peer := 1 - side
 		steps := [][]string{
-			{"addr", "add", p.addr4[side].String() + "/24", "dev", p.dev[side]},
-			{"neigh", "add", p.addr4[peer].String(), "lladdr", macs[peer], "dev", p.dev[side], "nud", "permanent"},
+			{"addr", "add", p.addr4[side].String() + "/24", "dev", dev},
+			{"neigh", "add", p.addr4[peer].String(), "lladdr", macs[peer], "dev", dev, "nud", "permanent"},
 		}
 		if o.IPv6 {
 			steps = append(steps,
-				[]string{"addr", "add", p.addr6[side].String() + "/64", "dev", p.dev[side], "nodad"},
-				[]string{"neigh", "add", p.addr6[peer].String(), "lladdr", macs[peer], "dev", p.dev[side], "nud", "permanent"})
+				[]string{"addr", "add", p.addr6[side].String() + "/64", "dev", dev, "nodad"},
+				[]string{"neigh", "add", p.addr6[peer].String(), "lladdr", macs[peer], "dev", dev, "nud", "permanent"})
 		}
 		steps = append(steps,
 			[]string{"link", "set", "lo", "up"},
 			[]string{"link", "set", p.dev[side], "up"})
+		if dev != p.dev[side] {
+			steps = append(steps, []string{"link", "set", dev, "up"})
+		}
 		for _, s := range steps {
 			if err := run("ip", append([]string{"-n", p.ns[side]}, s...)...); err != nil {
 				return err
@@ -317,6 +350,30 @@ func (p *Path) Addr(side int) netip.Addr {
 func (p *Path) Addr6(side int) netip.Addr {
 	checkSide(side)
 	return p.addr6[side]
+}
+
+// Join makes the interface dev of side 0's namespace a port of its
+// bridge (Options.Bridge) and brings it up: a TAP device opened there
+// then shares the link with side 0's veth, and reaches side 1.
+func (p *Path) Join(dev string) error {
+	if !p.opts.Bridge {
+		return fmt.Errorf("netpath: Join on a path without Options.Bridge")
+	}
+	if err := run("ip", "-n", p.ns[0], "link", "set", dev, "master", Bridge); err != nil {
+		return err
+	}
+	return run("ip", "-n", p.ns[0], "link", "set", dev, "up")
+}
+
+// Exec runs a command in side's namespace (ip netns exec) and returns
+// its combined output; the error holds the command line and the output.
+func (p *Path) Exec(side int, name string, args ...string) (string, error) {
+	checkSide(side)
+	out, err := exec.Command("ip", append([]string{"netns", "exec", p.ns[side], name}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s in %s: %w: %s", name, strings.Join(args, " "), p.ns[side], err, bytes.TrimSpace(out))
+	}
+	return string(out), nil
 }
 
 // Namespace returns the name of side's network namespace (for ip netns
