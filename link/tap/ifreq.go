@@ -1,13 +1,8 @@
 package tap
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"net/netip"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"unsafe"
 
@@ -17,25 +12,39 @@ import (
 // The kernel's side of the TAP interface, configured with ioctls on a
 // datagram socket, as ifconfig does (no netlink, no iproute2 needed).
 
-// tunFlags returns the IFF_ flags of the TUN/TAP interface name from
-// sysfs, and whether such an interface exists; ok with a flag set without
-// IFF_TAP means a TUN interface.
-func tunFlags(name string) (flags uint64, exists bool, err error) {
-	if _, err := os.Stat("/sys/class/net/" + name); errors.Is(err, fs.ErrNotExist) {
-		return 0, false, nil
-	}
-	b, err := os.ReadFile("/sys/class/net/" + name + "/tun_flags")
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, true, fmt.Errorf("%s exists and is not a TUN/TAP interface: %w", name, syscall.EINVAL)
-	}
+// tunKind says whether the interface name exists in the calling
+// thread's network namespace and whether it is a TAP: a device of the
+// tun driver (ethtool's driver name) with an Ethernet hardware type (a
+// TUN device has none). It asks the kernel with ioctls, not sysfs, whose
+// /sys/class/net shows the namespace sysfs was mounted in.
+func tunKind(name string) (exists, isTAP bool, err error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return 0, true, err
+		return false, false, err
 	}
-	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 0, 64)
-	if err != nil {
-		return 0, true, fmt.Errorf("%s: tun_flags %q: %w", name, b, err)
+	defer unix.Close(fd)
+	// struct ifreq with ifr_hwaddr, a sockaddr whose family is the
+	// ARPHRD_ type.
+	var r struct {
+		name   [unix.IFNAMSIZ]byte
+		family uint16
+		data   [22]byte
 	}
-	return v, true, nil
+	if len(name) >= len(r.name) {
+		return false, false, fmt.Errorf("interface name %q: %w", name, syscall.EINVAL)
+	}
+	copy(r.name[:], name)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCGIFHWADDR, uintptr(unsafe.Pointer(&r))); e != 0 {
+		if e == unix.ENODEV {
+			return false, false, nil
+		}
+		return false, false, fmt.Errorf("%s: SIOCGIFHWADDR: %w", name, e)
+	}
+	drv, err := unix.IoctlGetEthtoolDrvinfo(fd, name)
+	if err != nil || unix.ByteSliceToString(drv.Driver[:]) != "tun" {
+		return true, false, fmt.Errorf("%s exists and is not a TUN/TAP interface: %w", name, syscall.EINVAL)
+	}
+	return true, r.family == unix.ARPHRD_ETHER, nil
 }
 
 // ifconfig configures one interface through a socket of one family.

@@ -152,11 +152,11 @@ func Open(cfg LinkConfig) (*Link, error) {
 
 	existing := false
 	if cfg.Name != "" {
-		flags, exists, err := tunFlags(cfg.Name)
+		exists, isTAP, err := tunKind(cfg.Name)
 		if err != nil {
 			return nil, fmt.Errorf("link/tap: %w", err)
 		}
-		if exists && flags&unix.IFF_TAP == 0 {
+		if exists && !isTAP {
 			return nil, fmt.Errorf("link/tap: %s is a TUN interface, not a TAP: %w", cfg.Name, syscall.EINVAL)
 		}
 		existing = exists
