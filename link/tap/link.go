@@ -78,6 +78,13 @@ type Link struct {
 	armed     bool
 	solicits  uint64 // host requests counted when the timer was last considered
 	txWriteEr uint64
+	// The frame Emit is writing and the write's error, for the
+	// RawConn.Write callback made once (a closure would allocate).
+	tx struct {
+		frame []byte
+		err   error
+		write func(fd uintptr) bool
+	}
 	// The announcements still to make after Open's (announceRounds), and
 	// when the next is due.
 	announceLeft int
@@ -194,6 +201,7 @@ func Open(cfg LinkConfig) (*Link, error) {
 	l.addrs, l.mac, l.mtu = h.Addrs(), h.MAC(), h.MTU()
 	l.local = wire.Net{Src: l.addrs[0], SrcPort: wire.RoCEv2Port, DontFragment: true}
 	l.rx.frame = make([]byte, ethHdrLen+max(l.mtu, wire.IPv6HeaderSize+wire.UDPHeaderSize+link.MaxPacketSize)+64)
+	l.tx.write = l.writeFrame
 	l.rx.try = func(fd uintptr) { l.readFrame(fd, false) }
 	l.rx.wait = func(fd uintptr) bool { return l.readFrame(fd, true) }
 	l.loop.init(cfg.LoopbackQueue)
@@ -528,17 +536,23 @@ type emitter struct{ l *Link }
 // from within Send, Receive or Timer).
 func (e emitter) Emit(frame []byte) {
 	l := e.l
-	var werr error
-	err := l.rc.Write(func(fd uintptr) bool {
-		for {
-			_, werr = unix.Write(int(fd), frame)
-			if werr != unix.EINTR {
-				return true // EAGAIN too: the frame is dropped, not waited for
-			}
-		}
-	})
-	if err != nil || werr != nil {
+	l.tx.frame, l.tx.err = frame, nil
+	err := l.rc.Write(l.tx.write)
+	if err != nil || l.tx.err != nil {
 		l.txWriteEr++
+	}
+	l.tx.frame = nil
+}
+
+// writeFrame writes l.tx.frame: the RawConn.Write callback. A full device
+// queue (EAGAIN) drops the frame instead of waiting: the Host holds the
+// mutex every sender needs.
+func (l *Link) writeFrame(fd uintptr) bool {
+	for {
+		_, l.tx.err = unix.Write(int(fd), l.tx.frame)
+		if l.tx.err != unix.EINTR {
+			return true
+		}
 	}
 }
 

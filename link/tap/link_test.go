@@ -275,3 +275,30 @@ func TestLinkAttach(t *testing.T) {
 	require.ErrorIs(t, err, syscall.EINVAL)
 	require.Contains(t, err.Error(), "TUN interface, not a TAP")
 }
+
+// TestLinkSendNoAllocs: sending a RoCEv2 packet to a resolved neighbour
+// allocates nothing (the frame is built in the host's buffer and written
+// with a callback made once).
+func TestLinkSendNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	p := tapPath(t)
+	k4 := netip.MustParseAddr("10.0.0.9")
+	l := openIn(t, p, tap.LinkConfig{Host: tap.Config{Addrs: []netip.Addr{host4}}, KernelAddrs: []netip.Prefix{netip.PrefixFrom(k4, 24)}})
+	n := wire.Net{Src: host4, Dst: k4, SrcPort: wire.RoCEv2Port, DstPort: wire.RoCEv2Port, HopLimit: 64, DontFragment: true}
+	pkts := []link.Packet{{Buf: ibPacket(&n, 1, 1000), Net: n}}
+	require.NoError(t, l.Send(pkts)) // resolves the kernel's MAC
+	bufs := []link.Packet{{Buf: make([]byte, link.MaxPacketSize)}}
+	require.NoError(t, l.WaitReadable(func() bool {
+		_, _ = l.TryRecv(bufs)
+		return l.HostStats().Resolved > 0
+	}))
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := l.Send(pkts); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Zero(t, allocs)
+	require.Equal(t, uint64(102), l.HostStats().TxPackets)
+}
