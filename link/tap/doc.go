@@ -1,8 +1,43 @@
-// Package tap is the frame layer of softhca's TAP link: softhca as a host
-// of its own on an Ethernet link, with its own MAC and IPv4 and IPv6
-// addresses, speaking RoCEv2 in whole Ethernet frames. (The device part,
-// which reads and writes the frames of a TAP device, comes on top of it;
-// this package does no I/O.)
+// Package tap is softhca's TAP link: softhca as a host of its own on an
+// Ethernet link, with its own MAC and IPv4 and IPv6 addresses, speaking
+// RoCEv2 in whole Ethernet frames. It has two layers: Host, the frame
+// protocol (no I/O, no goroutines, no clock), and Link, which opens a TAP
+// device with github.com/songgao/water and runs a Host on its frames.
+//
+// # Link
+//
+// Open creates a TAP interface (CAP_NET_ADMIN) or attaches to an existing
+// one (`ip tuntap add mode tap user USER name NAME` lets USER open it
+// without privileges), sets its MTU, brings it up and, for one it
+// created, gives the kernel's side the LinkConfig.KernelAddrs. The Link is
+// a link.Link, link.Poller and link.Interface: hca.Open takes the device's
+// GID table (GID 0 the link-local address of the MAC, then the host's
+// addresses), node GUID (from the MAC) and active MTU (rxe's rule) from
+// it, and the transport keeps the IP fields of what it receives as they
+// arrived, since the Host has checked every ICRC over the real headers.
+//
+// Unlike link/udp, a TAP host can share a machine with the kernel's
+// rdma_rxe (which owns UDP port 4791 of the kernel's addresses, not of
+// softhca's), and its packets carry their real IPv4 ID, TOS, TTL and flow
+// label into a UD receive's GRH area.
+//
+//   - Send frames each packet through the Host and writes the frame to the
+//     device (one write(2) per frame; a device that refuses it drops it,
+//     counted). Packets to the host's own addresses are looped back (a
+//     device talking to itself, as rxe loops them back): their ICRC is
+//     checked and they wait in a bounded queue (LinkConfig.LoopbackQueue)
+//     for the reader, which a read deadline in the past wakes.
+//   - Recv, TryRecv and WaitReadable read frames with the runtime's poller
+//     and hand each to the Host, which answers ARP, neighbour discovery
+//     and echo requests on the way and returns the RoCEv2 packets.
+//   - The neighbour cache's timer is a clock.Timer of LinkConfig.Clock,
+//     armed while a resolution is pending, and the host announces itself
+//     (gratuitous ARP, unsolicited neighbour advertisements) at Open and
+//     in three rounds over the next half second, so that a TAP put on a
+//     bridge just after Open is known to its peers.
+//   - Stats reports link.Stats, every frame and packet drop by name in
+//     Stats.Drops (which the device's drop counters include, prefixed
+//     "link: "); HostStats the Host's own counters.
 //
 // # Host
 //
@@ -87,8 +122,9 @@
 //
 // # Ownership and threading
 //
-// A Host is not safe for concurrent use: its owner (the TAP device)
-// serialises Receive, Send, Timer and Stats, and Emit runs inside them.
+// A Host is not safe for concurrent use: its owner (the Link, with one
+// mutex) serialises Receive, Send, Timer and Stats, and Emit runs inside
+// them.
 // The frame given to Emit is the host's and valid only until Emit
 // returns; the frame given to Receive is the caller's, and the p.Buf of a
 // Delivered packet points into it.
