@@ -550,7 +550,7 @@ func (e emitter) Emit(frame []byte) {
 func (l *Link) writeFrame(fd uintptr) bool {
 	for {
 		_, l.tx.err = unix.Write(int(fd), l.tx.frame)
-		if l.tx.err != unix.EINTR {
+		if !errors.Is(l.tx.err, unix.EINTR) {
 			return true
 		}
 	}
@@ -606,7 +606,7 @@ func (l *Link) recv(pkts []link.Packet, block bool) (int, error) {
 			if err == nil {
 				err = l.rx.err
 			}
-			if err == unix.EAGAIN {
+			if errors.Is(err, unix.EAGAIN) {
 				break
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -638,10 +638,10 @@ func (l *Link) recv(pkts []link.Packet, block bool) (int, error) {
 func (l *Link) readFrame(fd uintptr, wait bool) bool {
 	for {
 		l.rx.n, l.rx.err = unix.Read(int(fd), l.rx.frame)
-		if l.rx.err == unix.EINTR {
+		if errors.Is(l.rx.err, unix.EINTR) {
 			continue
 		}
-		return !(wait && l.rx.err == unix.EAGAIN)
+		return !wait || !errors.Is(l.rx.err, unix.EAGAIN)
 	}
 }
 

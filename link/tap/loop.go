@@ -82,12 +82,6 @@ func (q *loopQueue) take(pkts []link.Packet) int {
 	return n
 }
 
-func (q *loopQueue) empty() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.size == 0
-}
-
 func (q *loopQueue) stats() loopStats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
