@@ -104,6 +104,12 @@ type Link struct {
 	// smaller than link.MaxPacketSize.
 	rxShortBuf atomic.Uint64
 
+	// gone is set when the device failed for good (the interface was
+	// deleted: reads and writes fail with EBADFD): every call then
+	// returns it, an error wrapping net.ErrClosed, instead of failing
+	// again and again.
+	gone atomic.Pointer[error]
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -398,6 +404,9 @@ func (l *Link) Send(pkts []link.Packet) error {
 	if l.closed.Load() {
 		return net.ErrClosed
 	}
+	if g := l.gone.Load(); g != nil {
+		return *g
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clk.Now()
@@ -540,8 +549,25 @@ func (e emitter) Emit(frame []byte) {
 	err := l.rc.Write(l.tx.write)
 	if err != nil || l.tx.err != nil {
 		l.txWriteEr++
+		if errors.Is(l.tx.err, unix.EBADFD) {
+			l.fail(l.tx.err)
+		}
 	}
 	l.tx.frame = nil
+}
+
+// fail marks the device gone (see Link.gone) and returns the error every
+// call returns from then on.
+func (l *Link) fail(err error) error {
+	e := fmt.Errorf("link/tap: %s is gone (%v; was the interface deleted?): %w", l.name, err, net.ErrClosed)
+	l.gone.CompareAndSwap(nil, &e)
+	return *l.gone.Load()
+}
+
+// broken reports whether err, from reading the device, means it is gone:
+// anything but a closed link and the transient errors.
+func broken(err error) bool {
+	return !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) && !errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // writeFrame writes l.tx.frame: the RawConn.Write callback. A full device
@@ -590,6 +616,9 @@ func (l *Link) recv(pkts []link.Packet, block bool) (int, error) {
 		if l.closed.Load() {
 			return 0, net.ErrClosed
 		}
+		if g := l.gone.Load(); g != nil {
+			return n, *g
+		}
 		n += l.loop.take(pkts[n:])
 		wait := block && n == 0
 		woken := false
@@ -619,7 +648,7 @@ func (l *Link) recv(pkts []link.Packet, block bool) (int, error) {
 				if l.closed.Load() || errors.Is(err, os.ErrClosed) {
 					return 0, net.ErrClosed
 				}
-				return n, fmt.Errorf("link/tap: read: %w", err)
+				return n, l.fail(err)
 			}
 			if l.deliver(l.rx.frame[:l.rx.n], &pkts[n]) {
 				n++
@@ -675,6 +704,9 @@ func (l *Link) WaitReadable(ready func() bool) error {
 		if l.closed.Load() {
 			return net.ErrClosed
 		}
+		if g := l.gone.Load(); g != nil {
+			return *g
+		}
 		// RawConn.Read calls ready before it waits, and again after
 		// each wake; a past read deadline (wake) ends the wait.
 		err := l.rc.Read(func(uintptr) bool { return ready() })
@@ -685,6 +717,8 @@ func (l *Link) WaitReadable(ready func() bool) error {
 			_ = l.file.SetReadDeadline(time.Time{})
 		case l.closed.Load() || errors.Is(err, os.ErrClosed):
 			return net.ErrClosed
+		case broken(err):
+			return l.fail(err)
 		default:
 			return fmt.Errorf("link/tap: %w", err)
 		}

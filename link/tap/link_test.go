@@ -302,3 +302,24 @@ func TestLinkSendNoAllocs(t *testing.T) {
 	require.Zero(t, allocs)
 	require.Equal(t, uint64(102), l.HostStats().TxPackets)
 }
+
+// TestLinkInterfaceDeleted: when the interface is deleted under the link
+// (`ip link del`), reads and writes fail with EBADFD for ever. Every call
+// then returns one error that says so and wraps net.ErrClosed, so that
+// the device's receive goroutine stops instead of spinning on it.
+func TestLinkInterfaceDeleted(t *testing.T) {
+	p := tapPath(t)
+	l := openIn(t, p, tap.LinkConfig{Name: "shltdel", Host: tap.Config{Addrs: []netip.Addr{host4}}})
+	_, err := p.Exec(0, "ip", "link", "del", "shltdel")
+	require.NoError(t, err)
+	bufs := []link.Packet{{Buf: make([]byte, link.MaxPacketSize)}}
+	_, err = l.Recv(bufs)
+	require.ErrorIs(t, err, net.ErrClosed)
+	require.Contains(t, err.Error(), "shltdel is gone")
+	_, err = l.TryRecv(bufs)
+	require.ErrorIs(t, err, net.ErrClosed)
+	require.ErrorIs(t, l.WaitReadable(func() bool { return false }), net.ErrClosed)
+	n := wire.Net{Src: host4, Dst: peer4, SrcPort: wire.RoCEv2Port, DstPort: wire.RoCEv2Port, HopLimit: 64, DontFragment: true}
+	require.ErrorIs(t, l.Send([]link.Packet{{Buf: ibPacket(&n, 0, 10), Net: n}}), net.ErrClosed)
+	require.NoError(t, l.Close())
+}
