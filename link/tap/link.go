@@ -559,7 +559,7 @@ func (e emitter) Emit(frame []byte) {
 // fail marks the device gone (see Link.gone) and returns the error every
 // call returns from then on.
 func (l *Link) fail(err error) error {
-	e := fmt.Errorf("link/tap: %s is gone (%v; was the interface deleted?): %w", l.name, err, net.ErrClosed)
+	e := fmt.Errorf("link/tap: %s is gone (%w; was the interface deleted?): %w", l.name, err, net.ErrClosed)
 	l.gone.CompareAndSwap(nil, &e)
 	return *l.gone.Load()
 }
