@@ -38,10 +38,13 @@ type Config struct {
 	// Default 256.
 	NeighbourCache int
 	// QueuePerNeighbour is how many packets may wait for one neighbour
-	// to be resolved. Default 16.
+	// to be resolved. Default 128: an RC QP's first burst (up to its
+	// window of 128 packets, and the ACKs with it) to a peer not yet
+	// resolved waits whole instead of losing its tail to a retry timeout
+	// (Linux keeps 101 full-sized frames, unres_qlen_bytes).
 	QueuePerNeighbour int
 	// QueueTotal is how many packets may wait for resolution in all; their
-	// buffers are made when first needed and kept. Default 256.
+	// buffers are made when first needed and kept. Default 512.
 	QueueTotal int
 	// Solicits is how many requests (ARP requests, neighbour
 	// solicitations) one resolution or re-confirmation sends before it
@@ -62,8 +65,8 @@ type Config struct {
 const (
 	DefaultMTU               = 1500
 	DefaultNeighbourCache    = 256
-	DefaultQueuePerNeighbour = 16
-	DefaultQueueTotal        = 256
+	DefaultQueuePerNeighbour = 128
+	DefaultQueueTotal        = 512
 	DefaultSolicits          = 3
 	DefaultRetryInterval     = time.Second
 	DefaultReachableTime     = 30 * time.Second

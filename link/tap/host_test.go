@@ -889,3 +889,23 @@ func TestAnnounce(t *testing.T) {
 	requireCounted(t, h.Stats())
 	requireCounted(t, peer.Stats())
 }
+
+// TestResolutionQueueDefault: by default a whole RC window (128 packets)
+// waits for a neighbour being resolved and goes out when it answers; the
+// next packet is dropped and counted. (With 16, an RC QP's first burst
+// to a new peer lost its tail, which only a retry timeout recovered.)
+func TestResolutionQueueDefault(t *testing.T) {
+	h, out := newHost(t, tap.Config{})
+	for i := range tap.DefaultQueuePerNeighbour + 1 {
+		sendTo(h, t0, peer4, uint32(i), 20)
+	}
+	require.Len(t, out.take(), 1, "one ARP request")
+	s := h.Stats()
+	require.Equal(t, uint64(128), s.TxQueued)
+	require.Equal(t, uint64(1), s.TxDropped[tap.TxQueueFull])
+	var p link.Packet
+	o, _ := h.Receive(t0, arpFrame(t, hostMAC, layers.ARPReply, peerMAC, peer4, hostMAC, host4), &p)
+	require.Equal(t, tap.Learned, o)
+	require.Len(t, out.take(), 128)
+	require.Equal(t, uint64(128), h.Stats().TxPackets)
+}
