@@ -54,6 +54,10 @@ type exchange struct {
 	check PayloadCheck
 	// loss drops this share (per mille) of the RoCEv2 packets both ways.
 	loss int
+	// spareMSN is Loss.SpareMSN: with loss, the ACKs of the last message
+	// (MSN spareMSN or more) are never dropped, for the tools that end
+	// without a goodbye (rdma-core's pingpong examples).
+	spareMSN uint32
 	// verify checks the two sides' output and returns what is wrong.
 	verify func(server, client string) []string
 	// lateTail allows the packets that reach a side while it tears its
@@ -193,7 +197,7 @@ func (e *env) attempt(t *testing.T, x exchange) *exchangeResult {
 	tapDropsBefore := tapTxDropped(e.net.Tap)
 	var loss *Loss
 	if x.loss > 0 {
-		loss = &Loss{Dev: e.net.Tap, Permille: x.loss}
+		loss = &Loss{Dev: e.net.Tap, Permille: x.loss, SpareMSN: x.spareMSN}
 		if err := loss.Apply(ctx); err != nil {
 			t.Fatal(err)
 		}
