@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -203,7 +204,7 @@ func (e *env) attempt(t *testing.T, x exchange) *exchangeResult {
 		}
 		defer loss.Remove()
 	}
-	capt, err := StartCapture(e.net.Tap, e.guestAddr(), x.check)
+	capt, err := StartCapture(e.net.Tap, e.guestAddr(), e.hostSide(), x.check)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,6 +301,9 @@ func (e *env) attempt(t *testing.T, x exchange) *exchangeResult {
 		}
 		if ds.PayloadErrors > 0 {
 			fail(false, "%s: %d packets carry data the test did not send", d, ds.PayloadErrors)
+		}
+		if ds.HeaderErrors > 0 {
+			fail(false, "%s: %d packets do not name softhca's host side in their Ethernet or IP header (%s)", d, ds.HeaderErrors, e.hostSide())
 		}
 		if ds.Packets == 0 {
 			fail(false, "%s: no RoCEv2 packets captured, want some", d)
@@ -537,4 +541,15 @@ func tapTxDropped(dev string) uint64 {
 	}
 	v, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	return v
+}
+
+// hostSide is what the capture expects of softhca's side of the packets:
+// on a UDP socket on the bridge's address, that address and the bridge's
+// MAC.
+func (e *env) hostSide() HostSide {
+	h := HostSide{Addr: e.hostAddr()}
+	if ifc, err := net.InterfaceByName(e.net.Bridge); err == nil {
+		h.MAC = ifc.HardwareAddr
+	}
+	return h
 }
