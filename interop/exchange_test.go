@@ -18,24 +18,33 @@ import (
 	"time"
 
 	"github.com/softhca/softhca/interop/agent"
+	tapdev "github.com/softhca/softhca/link/tap"
 	"github.com/softhca/softhca/wire"
 )
 
 // endpoint is one side of an exchange: a command in the guest (argv), the
-// softhca binary on the host (argv after "softhca"), or softhca in this
-// process (inproc, described by argv).
+// softhca binary on the host (argv after "softhca"), another program of
+// the harness's on the host (prog), or softhca in this process (inproc,
+// described by argv).
 type endpoint struct {
 	guest bool
 	argv  []string
+	// prog is the host program when it is not the softhca binary: its
+	// path (interoptap, softhca on the host TAP).
+	prog string
 	// env is added to a host process's environment (SOFTHCA_RATE).
 	env    []string
 	inproc func(ctx context.Context, out io.Writer, statsFile string) error
 }
 
 func (p endpoint) String() string {
-	where := "host: softhca "
+	prog := "softhca "
+	if p.prog != "" {
+		prog = filepath.Base(p.prog) + " "
+	}
+	where := "host: " + prog
 	if len(p.env) > 0 {
-		where = "host: " + strings.Join(p.env, " ") + " softhca "
+		where = "host: " + strings.Join(p.env, " ") + " " + prog
 	}
 	switch {
 	case p.guest:
@@ -59,6 +68,10 @@ type exchange struct {
 	// (MSN spareMSN or more) are never dropped, for the tools that end
 	// without a goodbye (rdma-core's pingpong examples).
 	spareMSN uint32
+	// tap: softhca is on the host TAP (Net.HostTap, link/tap), a host of
+	// its own at Net.HostTapAddr, instead of on a UDP socket on the
+	// bridge's address; the capture checks its packets for that.
+	tap bool
 	// verify checks the two sides' output and returns what is wrong.
 	verify func(server, client string) []string
 	// lateTail allows the packets that reach a side while it tears its
@@ -204,7 +217,7 @@ func (e *env) attempt(t *testing.T, x exchange) *exchangeResult {
 		}
 		defer loss.Remove()
 	}
-	capt, err := StartCapture(e.net.Tap, e.guestAddr(), e.hostSide(), x.check)
+	capt, err := StartCapture(e.net.Tap, e.guestAddr(), e.hostSide(x.tap), x.check)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +316,7 @@ func (e *env) attempt(t *testing.T, x exchange) *exchangeResult {
 			fail(false, "%s: %d packets carry data the test did not send", d, ds.PayloadErrors)
 		}
 		if ds.HeaderErrors > 0 {
-			fail(false, "%s: %d packets do not name softhca's host side in their Ethernet or IP header (%s)", d, ds.HeaderErrors, e.hostSide())
+			fail(false, "%s: %d packets do not name softhca's host side in their Ethernet or IP header (%s)", d, ds.HeaderErrors, e.hostSide(x.tap))
 		}
 		if ds.Packets == 0 {
 			fail(false, "%s: no RoCEv2 packets captured, want some", d)
@@ -429,7 +442,11 @@ func (e *env) start(ctx context.Context, ep endpoint, timeout time.Duration, sta
 		}()
 		p.inproc = r
 	default:
-		p.host, err = e.startHost(timeout, append([]string{"SOFTHCA_STATS=" + statsFile}, ep.env...), ep.argv...)
+		prog := ep.prog
+		if prog == "" {
+			prog = e.softhca
+		}
+		p.host, err = e.startHost(prog, timeout, append([]string{"SOFTHCA_STATS=" + statsFile}, ep.env...), ep.argv...)
 	}
 	return p, err
 }
@@ -545,8 +562,14 @@ func tapTxDropped(dev string) uint64 {
 
 // hostSide is what the capture expects of softhca's side of the packets:
 // on a UDP socket on the bridge's address, that address and the bridge's
-// MAC.
-func (e *env) hostSide() HostSide {
+// MAC; on the host TAP (tap), the TAP host's address and MAC (link/tap's
+// default for that address), and its own IPv4 headers.
+func (e *env) hostSide(tap bool) HostSide {
+	if tap {
+		a := e.net.HostTapAddr.Addr()
+		mac := tapdev.DefaultMAC(a)
+		return HostSide{Addr: a, MAC: net.HardwareAddr(mac[:]), TAP: true}
+	}
 	h := HostSide{Addr: e.hostAddr()}
 	if ifc, err := net.InterfaceByName(e.net.Bridge); err == nil {
 		h.MAC = ifc.HardwareAddr
