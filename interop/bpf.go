@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/softhca/softhca/wire"
 )
 
 // bpfInsn is one classic BPF instruction (struct sock_filter).
@@ -20,7 +22,10 @@ const (
 	bpfLdbAbs  = 0x30 // A = byte at [k]
 	bpfLdwAbs  = 0x20 // A = word at [k] (ancillary data above SKF_AD_OFF)
 	bpfLdxMsh  = 0xb1 // X = 4 * ([k] & 0xf)
+	bpfLdbInd  = 0x50 // A = byte at [X + k]
 	bpfLdhInd  = 0x48 // A = half word at [X + k]
+	bpfLdwInd  = 0x40 // A = word at [X + k]
+	bpfAndK    = 0x54 // A &= k
 	bpfJeq     = 0x15
 	bpfJge     = 0x35
 	bpfJset    = 0x45
@@ -61,16 +66,35 @@ func captureFilter() []bpfInsn {
 }
 
 // lossFilter drops RoCEv2 frames with probability permille/1000 (tc
-// direct-action return values), and lets everything else through.
-func lossFilter(permille int) []bpfInsn {
-	p := roceMatch(4)
-	return append(p,
-		bpfInsn{bpfLdwAbs, 0, 0, bpfRandom},
-		bpfInsn{bpfModK, 0, 0, 1000},
-		bpfInsn{bpfJge, 1, 0, uint32(permille)},
-		bpfInsn{bpfRetK, 0, 0, tcActShot},
-		bpfInsn{bpfRetK, 0, 0, tcActUnset},
-	)
+// direct-action return values), and lets everything else through. With
+// spareMSN > 0 it never drops an RC Acknowledge whose MSN (the AETH's
+// message sequence number: the messages the responder has completed) is
+// spareMSN or more: see Loss.SpareMSN.
+func lossFilter(permille int, spareMSN uint32) []bpfInsn {
+	random := []bpfInsn{
+		{bpfLdwAbs, 0, 0, bpfRandom},
+		{bpfModK, 0, 0, 1000},
+		{bpfJge, 1, 0, uint32(permille)},
+		{bpfRetK, 0, 0, tcActShot},
+		{bpfRetK, 0, 0, tcActUnset},
+	}
+	if spareMSN == 0 {
+		return append(roceMatch(uint8(len(random)-1)), random...)
+	}
+	// The BTH starts right after the UDP header (X + 14 + 8); the AETH
+	// follows the 12-byte BTH. A load past the frame's end (a truncated
+	// packet) ends the program with 0, TC_ACT_OK: the frame passes.
+	const bth = 14 + 8
+	spare := []bpfInsn{
+		{bpfLdbInd, 0, 0, bth},                        // opcode
+		{bpfJeq, 0, 3, uint32(wire.RCAcknowledge)},    // an ACK? else to the random drop
+		{bpfLdwInd, 0, 0, bth + wire.BTHSize},         // AETH: syndrome and MSN
+		{bpfAndK, 0, 0, 0xffffff},                     // MSN
+		{bpfJge, uint8(len(random) - 1), 0, spareMSN}, // to the last instruction: pass
+	}
+	p := roceMatch(uint8(len(spare) + len(random) - 1))
+	p = append(p, spare...)
+	return append(p, random...)
 }
 
 // tcBytecode formats a program for tc's "bpf bytecode" argument.
@@ -89,12 +113,25 @@ func tcBytecode(p []bpfInsn) string {
 type Loss struct {
 	Dev      string
 	Permille int
+	// SpareMSN, if not 0, spares the acknowledgements of an exchange's
+	// last message: an RC Acknowledge whose MSN is SpareMSN or more is
+	// never dropped. rdma-core's pingpong examples end when each side
+	// has its own completions, with no goodbye: the side that receives
+	// the last message acknowledges it and exits. If that ACK is lost,
+	// nothing answers the sender's retransmissions (the QP is gone) and
+	// the sender never completes its last send: it hangs (rxe retries
+	// forever with retry_cnt 7), through no fault of either side. A
+	// responder's MSN counts the messages it has completed, so with N
+	// messages each way, SpareMSN N spares exactly the ACKs sent once the
+	// last message is complete; every other packet, that message's data
+	// included, is dropped as before.
+	SpareMSN uint32
 }
 
 // Apply installs the filters.
 func (l Loss) Apply(ctx context.Context) error {
 	l.Remove()
-	bc := tcBytecode(lossFilter(l.Permille))
+	bc := tcBytecode(lossFilter(l.Permille, l.SpareMSN))
 	steps := [][]string{
 		{"qdisc", "add", "dev", l.Dev, "clsact"},
 		{"filter", "add", "dev", l.Dev, "ingress", "bpf", "da", "bytecode", bc},

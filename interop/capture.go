@@ -2,6 +2,7 @@ package interop
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -54,6 +55,24 @@ type DirStats struct {
 	Ops map[string]int
 	// PayloadErrors counts good packets the PayloadCheck rejected.
 	PayloadErrors int
+	// HeaderErrors counts good packets whose Ethernet or IP header does
+	// not name the host side as the capture's HostSide describes it.
+	HeaderErrors int
+}
+
+// HostSide is what a capture expects of the host side's packets: who
+// sends the packets to the guest and receives the guest's.
+type HostSide struct {
+	// Addr is softhca's IP address (the bridge's, for a device on a UDP
+	// socket there; its own on a TAP) and MAC the MAC its frames carry:
+	// the source of every packet to the guest, the destination of every
+	// packet from it. Unset (invalid, nil): not checked.
+	Addr netip.Addr
+	MAC  net.HardwareAddr
+	// TAP is set when softhca frames its packets itself (link/tap): then
+	// every IPv4 header to the guest has ID 0 and DF set, the values it
+	// computed the ICRC with.
+	TAP bool
 }
 
 // CaptureStats is what a capture saw.
@@ -95,6 +114,9 @@ func (s *CaptureStats) String() string {
 		if ds.PayloadErrors > 0 {
 			fmt.Fprintf(&b, ", %d payload errors", ds.PayloadErrors)
 		}
+		if ds.HeaderErrors > 0 {
+			fmt.Fprintf(&b, ", %d header errors", ds.HeaderErrors)
+		}
 		fmt.Fprintf(&b, " [%s]\n", formatCounts(ds.Ops))
 	}
 	if s.KernelDrops > 0 {
@@ -120,11 +142,13 @@ func formatCounts(m map[string]int) string {
 // guest's tap: every packet between softhca and rxe, as the guest sees
 // it, after segmentation offload) through an AF_PACKET socket, and checks
 // each one as it arrives: parsed by softhca's codec with the ICRC
-// verified over the real IP header, then given to the PayloadCheck.
-// It keeps the first and the last frames for a pcap file.
+// verified over the real IP header, its addresses those of the HostSide,
+// then given to the PayloadCheck. It keeps the first and the last frames
+// for a pcap file.
 type Capture struct {
 	fd    int
 	guest netip.Addr
+	host  HostSide
 	check PayloadCheck
 	stop  chan struct{}
 	done  chan struct{}
@@ -150,7 +174,7 @@ const (
 
 // StartCapture starts capturing RoCEv2 frames on dev; packets from guest
 // count as FromGuest, the rest as ToGuest. check may be nil.
-func StartCapture(dev string, guest netip.Addr, check PayloadCheck) (*Capture, error) {
+func StartCapture(dev string, guest netip.Addr, host HostSide, check PayloadCheck) (*Capture, error) {
 	ifc, err := net.InterfaceByName(dev)
 	if err != nil {
 		return nil, err
@@ -183,7 +207,7 @@ func StartCapture(dev string, guest netip.Addr, check PayloadCheck) (*Capture, e
 		return nil, fmt.Errorf("capture on %s: bind: %w", dev, err)
 	}
 	c := &Capture{
-		fd: fd, guest: guest, check: check,
+		fd: fd, guest: guest, host: host, check: check,
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	c.stats.ToGuest = DirStats{Bad: map[string]int{}, Ops: map[string]int{}}
@@ -277,12 +301,58 @@ func (c *Capture) frame(f []byte, pkt *wire.Packet) {
 	ds.Good++
 	ds.PayloadBytes += int64(len(pkt.Payload))
 	ds.Ops[pkt.BTH.OpCode().String()]++
+	if err := c.host.check(d, f, &pkt.Net); err != nil {
+		ds.HeaderErrors++
+		c.problem("%s frame %d (%s): %v", d, ds.Packets, describe(pkt), err)
+	}
 	if c.check != nil {
 		if err := c.check(d, pkt); err != nil {
 			ds.PayloadErrors++
 			c.problem("%s frame %d (%s): %v", d, ds.Packets, describe(pkt), err)
 		}
 	}
+}
+
+// String describes what the capture expects.
+func (h HostSide) String() string {
+	s := "softhca at " + h.Addr.String()
+	if h.MAC != nil {
+		s += ", MAC " + h.MAC.String()
+	}
+	if h.TAP {
+		s += ", on its TAP: IPv4 ID 0 and DF"
+	}
+	return s
+}
+
+// check returns what is wrong with the Ethernet and IP headers of a good
+// packet of direction d (frame f, its IP and UDP fields n) for the host
+// side h.
+func (h *HostSide) check(d Direction, f []byte, n *wire.Net) error {
+	var what []string
+	ethDst, ethSrc := net.HardwareAddr(f[0:6]), net.HardwareAddr(f[6:12])
+	if d == ToGuest {
+		if h.Addr.IsValid() && n.Src != h.Addr {
+			what = append(what, fmt.Sprintf("source address %s, want softhca's %s", n.Src, h.Addr))
+		}
+		if h.MAC != nil && !bytes.Equal(ethSrc, h.MAC) {
+			what = append(what, fmt.Sprintf("source MAC %s, want softhca's %s", ethSrc, h.MAC))
+		}
+		if h.TAP && n.Src.Is4() && (n.ID != 0 || !n.DontFragment) {
+			what = append(what, fmt.Sprintf("IPv4 ID %d, DF %v; want ID 0 and DF, as link/tap frames its packets", n.ID, n.DontFragment))
+		}
+	} else {
+		if h.Addr.IsValid() && n.Dst != h.Addr {
+			what = append(what, fmt.Sprintf("destination address %s, want softhca's %s", n.Dst, h.Addr))
+		}
+		if h.MAC != nil && !bytes.Equal(ethDst, h.MAC) {
+			what = append(what, fmt.Sprintf("destination MAC %s, want softhca's %s", ethDst, h.MAC))
+		}
+	}
+	if len(what) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(what, "; "))
 }
 
 func (c *Capture) problem(format string, args ...any) {

@@ -9,7 +9,9 @@
 // channel (package interop/agent), packet capture (capture.go) and the
 // checks on what it saw (payload.go, perfcheck.go), packet loss (bpf.go),
 // rxe's counters (counters.go) and the host side of the immediate-data
-// test (imm.go).
+// test (imm.go). Most cases run softhca on a UDP socket on the bridge's
+// address; the tap group runs it as a host of its own on a TAP on the
+// bridge (Net.HostTap, through cmd/softhca/internal/interoptap).
 // The matrix itself is in the test files, behind the build tag interop:
 //
 //	go test -tags interop ./interop/...      # needs root, qemu, /dev/net/tun

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,24 +18,33 @@ import (
 	"time"
 
 	"github.com/softhca/softhca/interop/agent"
+	tapdev "github.com/softhca/softhca/link/tap"
 	"github.com/softhca/softhca/wire"
 )
 
 // endpoint is one side of an exchange: a command in the guest (argv), the
-// softhca binary on the host (argv after "softhca"), or softhca in this
-// process (inproc, described by argv).
+// softhca binary on the host (argv after "softhca"), another program of
+// the harness's on the host (prog), or softhca in this process (inproc,
+// described by argv).
 type endpoint struct {
 	guest bool
 	argv  []string
+	// prog is the host program when it is not the softhca binary: its
+	// path (interoptap, softhca on the host TAP).
+	prog string
 	// env is added to a host process's environment (SOFTHCA_RATE).
 	env    []string
 	inproc func(ctx context.Context, out io.Writer, statsFile string) error
 }
 
 func (p endpoint) String() string {
-	where := "host: softhca "
+	prog := "softhca "
+	if p.prog != "" {
+		prog = filepath.Base(p.prog) + " "
+	}
+	where := "host: " + prog
 	if len(p.env) > 0 {
-		where = "host: " + strings.Join(p.env, " ") + " softhca "
+		where = "host: " + strings.Join(p.env, " ") + " " + prog
 	}
 	switch {
 	case p.guest:
@@ -54,6 +64,14 @@ type exchange struct {
 	check PayloadCheck
 	// loss drops this share (per mille) of the RoCEv2 packets both ways.
 	loss int
+	// spareMSN is Loss.SpareMSN: with loss, the ACKs of the last message
+	// (MSN spareMSN or more) are never dropped, for the tools that end
+	// without a goodbye (rdma-core's pingpong examples).
+	spareMSN uint32
+	// tap: softhca is on the host TAP (Net.HostTap, link/tap), a host of
+	// its own at Net.HostTapAddr, instead of on a UDP socket on the
+	// bridge's address; the capture checks its packets for that.
+	tap bool
 	// verify checks the two sides' output and returns what is wrong.
 	verify func(server, client string) []string
 	// lateTail allows the packets that reach a side while it tears its
@@ -193,13 +211,13 @@ func (e *env) attempt(t *testing.T, x exchange) *exchangeResult {
 	tapDropsBefore := tapTxDropped(e.net.Tap)
 	var loss *Loss
 	if x.loss > 0 {
-		loss = &Loss{Dev: e.net.Tap, Permille: x.loss}
+		loss = &Loss{Dev: e.net.Tap, Permille: x.loss, SpareMSN: x.spareMSN}
 		if err := loss.Apply(ctx); err != nil {
 			t.Fatal(err)
 		}
 		defer loss.Remove()
 	}
-	capt, err := StartCapture(e.net.Tap, e.guestAddr(), x.check)
+	capt, err := StartCapture(e.net.Tap, e.guestAddr(), e.hostSide(x.tap), x.check)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,6 +314,9 @@ func (e *env) attempt(t *testing.T, x exchange) *exchangeResult {
 		}
 		if ds.PayloadErrors > 0 {
 			fail(false, "%s: %d packets carry data the test did not send", d, ds.PayloadErrors)
+		}
+		if ds.HeaderErrors > 0 {
+			fail(false, "%s: %d packets do not name softhca's host side in their Ethernet or IP header (%s)", d, ds.HeaderErrors, e.hostSide(x.tap))
 		}
 		if ds.Packets == 0 {
 			fail(false, "%s: no RoCEv2 packets captured, want some", d)
@@ -421,7 +442,11 @@ func (e *env) start(ctx context.Context, ep endpoint, timeout time.Duration, sta
 		}()
 		p.inproc = r
 	default:
-		p.host, err = e.startHost(timeout, append([]string{"SOFTHCA_STATS=" + statsFile}, ep.env...), ep.argv...)
+		prog := ep.prog
+		if prog == "" {
+			prog = e.softhca
+		}
+		p.host, err = e.startHost(prog, timeout, append([]string{"SOFTHCA_STATS=" + statsFile}, ep.env...), ep.argv...)
 	}
 	return p, err
 }
@@ -533,4 +558,21 @@ func tapTxDropped(dev string) uint64 {
 	}
 	v, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	return v
+}
+
+// hostSide is what the capture expects of softhca's side of the packets:
+// on a UDP socket on the bridge's address, that address and the bridge's
+// MAC; on the host TAP (tap), the TAP host's address and MAC (link/tap's
+// default for that address), and its own IPv4 headers.
+func (e *env) hostSide(tap bool) HostSide {
+	if tap {
+		a := e.net.HostTapAddr.Addr()
+		mac := tapdev.DefaultMAC(a)
+		return HostSide{Addr: a, MAC: net.HardwareAddr(mac[:]), TAP: true}
+	}
+	h := HostSide{Addr: e.hostAddr()}
+	if ifc, err := net.InterfaceByName(e.net.Bridge); err == nil {
+		h.MAC = ifc.HardwareAddr
+	}
+	return h
 }

@@ -22,7 +22,8 @@ import (
 
 // TestInterop is the matrix, in the order it runs: the guest on its own,
 // the immediate-data exchange with softhca in this process, the pingpong
-// examples and perftest against the softhca command, and a lossy run.
+// examples and perftest against the softhca command, then against softhca
+// on its own TAP, and a lossy run.
 // Subtest names select parts: -run 'TestInterop/pingpong/mtu1024/rc'.
 func TestInterop(t *testing.T) {
 	defer noCache()
@@ -32,6 +33,7 @@ func TestInterop(t *testing.T) {
 	t.Run("tm", e.testTM)
 	t.Run("pingpong", e.testPingpong)
 	t.Run("perftest", e.testPerftest)
+	t.Run("tap", e.testTap)
 	t.Run("unmodified", e.testUnmodified)
 	t.Run("loss", e.testLoss)
 	t.Run("congestion", e.testCongestion)
@@ -309,6 +311,9 @@ type pingpong struct {
 	// unmodified runs rdma-core's own binary on the host, through
 	// softhca's drop-in libibverbs.so.1, instead of softhca pingpong.
 	unmodified bool
+	// tap runs softhca's pingpong on the host TAP (interoptap) instead of
+	// on a UDP socket on the bridge's address.
+	tap bool
 }
 
 // numQP is the -q of the srq cases.
@@ -335,8 +340,11 @@ func (e *env) runPingpong(t *testing.T, pp pingpong) *exchangeResult {
 	}
 	guest := endpoint{guest: true, argv: append([]string{"ibv_" + pp.mode + "_pingpong", "-d", RXEDevice, "-g", strconv.Itoa(e.gidx)}, common...)}
 	host := endpoint{argv: append([]string{"pingpong", pp.mode, "-g", "1"}, common...)}
-	if pp.unmodified {
+	switch {
+	case pp.unmodified:
 		host.argv = append(e.runArgs(pp.mtu), append([]string{"ibv_" + pp.mode + "_pingpong", "-g", "1"}, common...)...)
+	case pp.tap:
+		host = e.tapEndpoint(host.argv)
 	}
 	if pp.rate != "" {
 		host.env = []string{"SOFTHCA_RATE=" + pp.rate}
@@ -346,7 +354,13 @@ func (e *env) runPingpong(t *testing.T, pp pingpong) *exchangeResult {
 		fill = 0 // srq_pingpong clears its buffer
 	}
 	x := exchange{port: port, server: guest, client: host, check: PingpongPayload(fill, 4096), loss: pp.loss,
-		verify: pingpongVerify(pp), lateTail: pp.mode == "srq", retryRxeSide: pp.mode == "srq"}
+		verify: pingpongVerify(pp), lateTail: pp.mode == "srq", retryRxeSide: pp.mode == "srq", tap: pp.tap}
+	if pp.loss > 0 && pp.mode == "rc" {
+		// Each side receives iters messages on its one QP and acknowledges
+		// the last with MSN iters; the examples end without a goodbye, so
+		// the loss of that ACK would strand its sender (Loss.SpareMSN).
+		x.spareMSN = uint32(pp.iters)
+	}
 	if pp.softhcaServer {
 		x.server, x.client = host, guest
 		x.client.argv = append(x.client.argv, e.hostAddr().String())
@@ -409,18 +423,30 @@ func (e *env) testPerftest(t *testing.T) {
 // runPerf runs ib_<verb>_bw in the guest against softhca perf <verb> at
 // path MTU mtu.
 func (e *env) runPerf(t *testing.T, verb string, args []string, mtu int, softhcaServer bool) *exchangeResult {
-	return e.runPerfHost(t, verb, args, mtu, softhcaServer, false)
+	return e.runPerfHost(t, verb, args, mtu, softhcaServer, perfSofthca)
 }
 
-// runPerfHost is runPerf; with unmodified, the host runs perftest's own
-// ib_<verb>_bw through softhca's drop-in libibverbs.so.1.
-func (e *env) runPerfHost(t *testing.T, verb string, args []string, mtu int, softhcaServer, unmodified bool) *exchangeResult {
+// perfHost is what runs perftest's side on the host.
+type perfHost int
+
+const (
+	perfSofthca    perfHost = iota // softhca perf
+	perfUnmodified                 // perftest's own ib_<verb>_bw through softhca's drop-in libibverbs.so.1
+	perfTap                        // softhca perf's code on the host TAP (interoptap)
+)
+
+// runPerfHost is runPerf with the host side that host says.
+func (e *env) runPerfHost(t *testing.T, verb string, args []string, mtu int, softhcaServer bool, host perfHost) *exchangeResult {
 	port := e.nextPort()
 	common := append([]string{"-p", strconv.Itoa(port), "-m", strconv.Itoa(mtu)}, args...)
 	guest := endpoint{guest: true, argv: append([]string{"ib_" + verb + "_bw", "-d", RXEDevice, "-x", strconv.Itoa(e.gidx), "-F"}, common...)}
-	host := endpoint{argv: append([]string{"perf", verb, "-x", "1"}, common...)}
-	if unmodified {
-		host.argv = append(e.runArgs(mtu), append([]string{"ib_" + verb + "_bw", "-x", "1", "-F"}, common...)...)
+	hostEP := endpoint{argv: append([]string{"perf", verb, "-x", "1"}, common...)}
+	switch host {
+	case perfSofthca:
+	case perfUnmodified:
+		hostEP.argv = append(e.runArgs(mtu), append([]string{"ib_" + verb + "_bw", "-x", "1", "-F"}, common...)...)
+	case perfTap:
+		hostEP = e.tapEndpoint(hostEP.argv)
 	}
 	iters, all := 0, false
 	for i, a := range args {
@@ -435,14 +461,68 @@ func (e *env) runPerfHost(t *testing.T, verb string, args []string, mtu int, sof
 	if all {
 		verify = perfVerifyAll(iters)
 	}
-	x := exchange{port: port, server: guest, client: host, check: ResponderCheck(), verify: verify}
+	x := exchange{port: port, server: guest, client: hostEP, check: ResponderCheck(), verify: verify, tap: host == perfTap}
 	if softhcaServer {
-		x.server, x.client = host, guest
+		x.server, x.client = hostEP, guest
 		x.client.argv = append(x.client.argv, e.hostAddr().String())
 	} else {
 		x.client.argv = append(x.client.argv, e.guestAddr().String())
 	}
 	return e.run(t, x)
+}
+
+// tapEndpoint is the host endpoint that runs a softhca pingpong or perf
+// command line (argv after "softhca") on the host TAP: interoptap opens
+// the TAP link and the device on it and runs the tool's code on that
+// device. The TCP exchange still goes through the host's kernel (the
+// guest reaches the host at the bridge's address); the GID softhca
+// gives the peer, and so every RoCEv2 packet, is the TAP's address.
+func (e *env) tapEndpoint(argv []string) endpoint {
+	return endpoint{prog: e.interoptap,
+		argv: append([]string{"-tap", e.net.HostTap, "-addr", e.net.HostTapAddr.Addr().String()}, argv...)}
+}
+
+// testTap runs softhca as a host of its own on the guest's Ethernet: on
+// a TAP interface on the guest's bridge (Net.HostTap, link/tap), with its
+// own MAC and IP address, as rxe is on its netdev, instead of on a UDP
+// socket on the bridge's address. ib_write_bw at path MTU 4096 (jumbo
+// frames) and the rc and ud pingpongs at 1024 (a 1500-byte Ethernet),
+// each with softhca as client and as server. Besides what the other
+// cases check, the capture checks that every packet to the guest comes
+// from the TAP host's MAC and address with its own IPv4 header (ID 0, DF)
+// and every packet from the guest goes to them: rxe resolved softhca's
+// address by ARP on the bridge and sent to the GID softhca gave it.
+func (e *env) testTap(t *testing.T) {
+	if e.tapErr != nil {
+		e.leaf(t, nil)
+		t.Fatal(e.tapErr)
+	}
+	t.Run("perftest/mtu4096", func(t *testing.T) {
+		e.setMTU(t, 4096)
+		for _, role := range []string{"softhca-client", "softhca-server"} {
+			t.Run("write/"+role, func(t *testing.T) {
+				var note string
+				e.leaf(t, &note)
+				note = e.runPerfHost(t, "write", []string{"-s", "65536", "-n", "500"}, 4096, role == "softhca-server", perfTap).note()
+			})
+		}
+	})
+	t.Run("pingpong/mtu1024", func(t *testing.T) {
+		e.setMTU(t, 1024)
+		for _, m := range []struct {
+			mode string
+			size int
+		}{{"rc", 65536}, {"ud", 1024}} {
+			for _, role := range []string{"softhca-client", "softhca-server"} {
+				t.Run(fmt.Sprintf("%s/%s/%d", m.mode, role, m.size), func(t *testing.T) {
+					var note string
+					e.leaf(t, &note)
+					note = e.runPingpong(t, pingpong{mode: m.mode, softhcaServer: role == "softhca-server",
+						size: m.size, mtu: 1024, iters: pingpongIters(m.size), tap: true}).note()
+				})
+			}
+		}
+	})
 }
 
 // runArgs are the softhca arguments that run a program on the host's
@@ -489,7 +569,7 @@ func (e *env) testUnmodified(t *testing.T) {
 			t.Run("ib_"+verb+"_bw/"+role, func(t *testing.T) {
 				var note string
 				e.leaf(t, &note)
-				note = e.runPerfHost(t, verb, []string{"-s", "65536", "-n", "200"}, 1024, role == "softhca-server", true).note()
+				note = e.runPerfHost(t, verb, []string{"-s", "65536", "-n", "200"}, 1024, role == "softhca-server", perfUnmodified).note()
 			})
 		}
 	}
@@ -554,7 +634,9 @@ func perfVerifyAll(iters int) func(srv, cli string) []string {
 
 // testLoss runs a multi-packet RC pingpong and the immediate-data exchange
 // with 3% of the RoCEv2 packets dropped both ways on the guest's tap, with
-// softhca as client and as server.
+// softhca as client and as server. The pingpong's last ACKs are spared
+// (Loss.SpareMSN); shca-imm and RunImm end with a goodbye over TCP after
+// their completions, so nothing of theirs needs sparing.
 func (e *env) testLoss(t *testing.T) {
 	e.setMTU(t, 1024)
 	for _, role := range []string{"softhca-client", "softhca-server"} {

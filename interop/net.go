@@ -25,6 +25,15 @@ type Net struct {
 	// the tun device holds while qemu has not read them (its ring's
 	// size); more arriving while it is full are dropped (tx_dropped).
 	TxQueueLen int
+	// HostTap is a second TAP interface on the bridge, for softhca as a
+	// host of its own on the guest's Ethernet (link/tap attaches to it),
+	// with the address HostTapAddr: its own MAC and IP, neither the
+	// bridge's nor the guest's. Up makes it persistent, so that a
+	// softhca process attaches to it and leaves it as it was; while none
+	// is attached it has no carrier and the bridge forwards nothing to
+	// it. Empty: none.
+	HostTap     string
+	HostTapAddr netip.Prefix
 }
 
 // DefaultTxQueueLen is the tap's queue: Linux's default for a tun
@@ -34,17 +43,20 @@ const DefaultTxQueueLen = 1000
 
 // Slot returns the network of slot n (0..9): bridge shbrN, tap shtapN,
 // host 10.77.N.1/24 and guest 10.77.N.2/24, MTU 9000 (rxe's path MTU 4096
-// needs more than 4096 + 80 bytes). The tests use slot 0 and the vm
-// command slot 1 by default, so the two do not clash. The tap's queue
-// is set explicitly to DefaultTxQueueLen packets.
+// needs more than 4096 + 80 bytes), and softhca's own TAP shshN for
+// 10.77.N.10/24. The tests use slot 0 and the vm command slot 1 by
+// default, so the two do not clash. The tap's queue is set explicitly to
+// DefaultTxQueueLen packets.
 func Slot(n int) Net {
 	return Net{
-		Bridge:     fmt.Sprintf("shbr%d", n),
-		Tap:        fmt.Sprintf("shtap%d", n),
-		Host:       netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 1}), 24),
-		Guest:      netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 2}), 24),
-		MTU:        9000,
-		TxQueueLen: DefaultTxQueueLen,
+		Bridge:      fmt.Sprintf("shbr%d", n),
+		Tap:         fmt.Sprintf("shtap%d", n),
+		Host:        netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 1}), 24),
+		Guest:       netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 2}), 24),
+		MTU:         9000,
+		TxQueueLen:  DefaultTxQueueLen,
+		HostTap:     fmt.Sprintf("shsh%d", n),
+		HostTapAddr: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 10}), 24),
 	}
 }
 
@@ -66,8 +78,8 @@ func MissingNetTools() []string {
 	return miss
 }
 
-// Up creates the bridge and the tap (removing stale ones of the same names
-// that no running VM uses).
+// Up creates the bridge and the taps (removing stale ones of the same
+// names that no running VM uses).
 func (n Net) Up(ctx context.Context) error {
 	if pid := qemuUsing(n.Tap); pid != 0 {
 		return fmt.Errorf("a running qemu (pid %d) already uses %s: stop it (vm down) or use another slot", pid, n.Tap)
@@ -93,22 +105,45 @@ func (n Net) Up(ctx context.Context) error {
 		{"link", "set", n.Tap, "up"},
 		{"link", "set", n.Bridge, "up"},
 	}
+	if n.HostTap != "" {
+		steps = append(steps,
+			[]string{"tuntap", "add", "dev", n.HostTap, "mode", "tap"},
+			[]string{"link", "set", n.HostTap, "mtu", mtu},
+			[]string{"link", "set", n.HostTap, "master", n.Bridge})
+	}
 	for _, s := range steps {
 		if out, err := command(ctx, "", "ip", s...); err != nil {
 			n.Down()
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(s, " "), err, bytes.TrimSpace(out))
 		}
 	}
-	// No IPv6 on the test network: no router solicitations or DAD noise.
-	for _, d := range []string{n.Bridge, n.Tap} {
+	// No IPv6 on the test network: no router solicitations or DAD noise
+	// (on softhca's TAP, the kernel's own would go to softhca).
+	for _, d := range n.devices() {
 		os.WriteFile(filepath.Join("/proc/sys/net/ipv6/conf", d, "disable_ipv6"), []byte("1"), 0o644)
+	}
+	if n.HostTap != "" {
+		if out, err := command(ctx, "", "ip", "link", "set", n.HostTap, "up"); err != nil {
+			n.Down()
+			return fmt.Errorf("ip link set %s up: %w: %s", n.HostTap, err, bytes.TrimSpace(out))
+		}
 	}
 	return nil
 }
 
-// SetMTU changes the MTU of the tap and the bridge.
+// devices are the interfaces Up makes: the taps, then the bridge.
+func (n Net) devices() []string {
+	ds := []string{n.Tap}
+	if n.HostTap != "" {
+		ds = append(ds, n.HostTap)
+	}
+	return append(ds, n.Bridge)
+}
+
+// SetMTU changes the MTU of the taps and the bridge. (A softhca attached
+// to the host tap keeps the MTU it found until it reattaches.)
 func (n *Net) SetMTU(ctx context.Context, mtu int) error {
-	for _, d := range []string{n.Tap, n.Bridge} {
+	for _, d := range n.devices() {
 		if out, err := command(ctx, "", "ip", "link", "set", d, "mtu", strconv.Itoa(mtu)); err != nil {
 			return fmt.Errorf("ip link set %s mtu %d: %w: %s", d, mtu, err, bytes.TrimSpace(out))
 		}
@@ -126,9 +161,9 @@ func (n Net) TapQueueLen() (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
-// Down removes the tap and the bridge; missing ones are not an error.
+// Down removes the taps and the bridge; missing ones are not an error.
 func (n Net) Down() {
-	for _, d := range []string{n.Tap, n.Bridge} {
+	for _, d := range n.devices() {
 		if _, err := os.Stat(filepath.Join("/sys/class/net", d)); err == nil {
 			command(context.Background(), "", "ip", "link", "del", d)
 		}
