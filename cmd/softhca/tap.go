@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softhca/softhca/cmd/softhca/internal/daemon"
 	"github.com/softhca/softhca/link/tap"
 )
 
@@ -76,7 +77,8 @@ func openTAP(name string, mac [6]byte, addrs []netip.Addr, kernel []netip.Prefix
 // other error.
 func tapHint(err error) string {
 	var te *tapOpenError
-	if !errors.As(err, &te) {
+	var de *daemon.TapError
+	if !errors.As(err, &te) && !errors.As(err, &de) {
 		return ""
 	}
 	switch {
