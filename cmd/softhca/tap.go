@@ -24,11 +24,13 @@ import (
 const tapHelp = `A TAP interface that does not exist is created, which needs root (or
 CAP_NET_ADMIN and read-write access to /dev/net/tun; in a container,
 --cap-add NET_ADMIN --device /dev/net/tun), and goes away at the end; an
-existing one (ip tuntap add mode tap user $USER name NAME, then ip link
-set NAME up, made beforehand) is attached to without privileges. The
-device is a host of its own on the TAP's Ethernet link: the kernel, or
-a bridge the interface is a port of, reaches it there by ARP and
-neighbour discovery, on UDP port 4791 only.`
+existing one, made beforehand (ip tuntap add mode tap user $USER name
+NAME; ip link set NAME up), is used as it is, without CAP_NET_ADMIN
+(/dev/net/tun must still be readable and writable, as distributions
+make it). The device is a host of its own on the TAP's Ethernet link:
+the kernel (through an address on the interface) or a bridge the
+interface is a port of reaches it there by ARP and neighbour discovery,
+on UDP port 4791 only.`
 
 // parseTAPName checks a --tap interface name.
 func parseTAPName(v string) (string, error) {
@@ -84,7 +86,7 @@ func tapHint(err error) string {
 	switch {
 	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
 		return "a TAP device needs root, or CAP_NET_ADMIN and read-write access to /dev/net/tun " +
-			"(in a container: --cap-add NET_ADMIN --device /dev/net/tun); without them, attach to a TAP interface made for you " +
+			"(in a container: --cap-add NET_ADMIN --device /dev/net/tun); without CAP_NET_ADMIN, use a TAP interface made for you " +
 			"beforehand: ip tuntap add mode tap user $USER name NAME; ip link set NAME up"
 	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENODEV):
 		return "a TAP device needs the TUN/TAP driver's /dev/net/tun: modprobe tun, or in a container --device /dev/net/tun"

@@ -47,7 +47,7 @@ func TestTapHint(t *testing.T) {
 		h := tapHint(wrap(errno))
 		require.Contains(t, h, "needs root, or CAP_NET_ADMIN and read-write access to /dev/net/tun", errno)
 		require.Contains(t, h, "--cap-add NET_ADMIN --device /dev/net/tun", errno)
-		require.Contains(t, h, "ip tuntap add mode tap user $USER name NAME", errno)
+		require.Contains(t, h, "without CAP_NET_ADMIN, use a TAP interface made for you beforehand: ip tuntap add mode tap user $USER name NAME; ip link set NAME up", errno)
 	}
 	for _, errno := range []syscall.Errno{syscall.ENOENT, syscall.ENODEV} {
 		require.Contains(t, tapHint(wrap(errno)), "needs the TUN/TAP driver's /dev/net/tun: modprobe tun", errno)
@@ -64,6 +64,12 @@ func TestTapNotATap(t *testing.T) {
 	code, stdout, stderr := runCmd(t, "pingpong", "rc", "-g", "1", "--tap", "lo", "--addr", "10.9.0.2")
 	require.Equal(t, exitFailure, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	require.Equal(t, "Couldn't get context for softhca0: 10.9.0.2:4791: link/tap: lo exists and is not a TUN/TAP interface: invalid argument\n", stderr)
+
+	// The demo's -tap-name.
+	code, stdout, stderr = runCmd(t, "demo", "-tap", "-tap-name", "lo")
+	require.Equal(t, exitFailure, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	require.Equal(t, "softhca demo: FAILED: device A: link/tap: lo exists and is not a TUN/TAP interface: invalid argument\n", stderr)
+	require.Empty(t, stdout)
 
 	// perf makes the exchange connection first, then opens the device:
 	// the server fails once a client came, and the client with it.
