@@ -594,7 +594,7 @@ func (d *demo) openSide(name string, l, peer link.Link) (*demoSide, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lk link.Link = l
+	lk := l
 	if d.loss > 0 {
 		ll := &lossyLink{Link: l, lad: d.lad}
 		lk = ll
