@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -21,13 +22,14 @@ import (
 	svgladder "github.com/softhca/softhca/cmd/softhca/internal/ladder"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/link/tap"
 	"github.com/softhca/softhca/link/udp"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
 	"github.com/softhca/softhca/wire/pcap"
 )
 
-const demoUsage = `usage: softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-svg FILE] [-loss P]
+const demoUsage = `usage: softhca demo [-port N] [-addrs A,B] [-pcap FILE] [-svg FILE] [-loss P] [-tap [-tap-name NAME]]
 
 Open two softhca devices, A and B, in this process, connected over UDP
 loopback (A on 127.0.0.1, B on 127.0.0.2), and walk through the verbs one
@@ -41,12 +43,28 @@ sequence diagram.
 If the port is taken (by a kernel rdma_rxe, say), the demo tries other
 127.x addresses, then free ports, and says so; -port 0 picks free ports.
 
+With -tap, A is a host of its own on a TAP interface the demo creates
+(-tap-name, default softhca-demo0), with its own MAC and address, and B
+a UDP socket on the kernel's side of that interface: -addrs is then A's
+address and the kernel's (default 10.213.0.2,10.213.0.1; IPv4, in one
+/24, which the kernel's side gets). Every packet crosses the kernel as
+an Ethernet frame, and the kernel finds A by ARP, as it finds any host.
+A receives on UDP port 4791, B on -port (free ports if 4791 is taken
+there, by rdma_rxe say, or with -port 0). Creating the interface needs
+root, or CAP_NET_ADMIN and read-write access to /dev/net/tun (in a
+container: --cap-add NET_ADMIN --device /dev/net/tun); it goes away
+when the demo ends. An interface of that name made beforehand is used
+as it is, without CAP_NET_ADMIN (ip tuntap add mode tap user $USER name
+softhca-demo0; ip addr add 10.213.0.1/24 dev softhca-demo0; ip link set
+softhca-demo0 up; /dev/net/tun must be readable and writable).
+
 Examples:
 
   softhca demo                                  # A on 127.0.0.1, B on 127.0.0.2, UDP port 4791
   softhca demo -port 0                          # free ports, when rxe or a daemon holds 4791
   softhca demo -pcap demo.pcap -svg demo.svg    # keep the packets (softhca decode demo.pcap); draw the ladders
   softhca demo -port 0 -addrs ::1,::1 -loss 0.2 # over IPv6, with retransmissions
+  sudo softhca demo -tap                        # A on TAP softhca-demo0 (10.213.0.2), B on 10.213.0.1
 
 Exit status: 0 if every completion is successful and every data check
 passes, 1 otherwise, 2 on usage errors.
@@ -90,6 +108,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	pcapFile := fs.String("pcap", "", "write every packet that crossed the wire to `FILE` (pcap)")
 	svgFile := fs.String("svg", "", "write the ladders to `FILE` as an SVG sequence diagram")
 	loss := fs.Float64("loss", 0, "drop each RC packet with `probability` P (0 <= P <= 0.5) to show retransmission (UD is not affected)")
+	useTap := fs.Bool("tap", false, "put A on a TAP interface as a host of its own, B on UDP on the kernel's side of it (-addrs default "+demoTapAddrs+")")
+	tapName := fs.String("tap-name", demoTapName, "the -tap interface's `NAME`")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), demoUsage)
 		fs.PrintDefaults()
@@ -116,9 +136,27 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "softhca demo: -pcap and -svg name the same file %s\n", *pcapFile)
 		return exitUsage
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["tap-name"] && !*useTap {
+		fmt.Fprintf(stderr, "softhca demo: -tap-name names the -tap interface: give -tap too\n")
+		return exitUsage
+	}
+	if *useTap {
+		if _, err := parseTAPName(*tapName); err != nil {
+			fmt.Fprintf(stderr, "softhca demo: -tap-name: %v\n", err)
+			return exitUsage
+		}
+		if !set["addrs"] {
+			*addrs = demoTapAddrs
+		}
+	}
 	addrA, addrB, err := parseDemoAddrs(*addrs)
-	if err == nil && addrA == addrB && *port != 0 {
+	if err == nil && addrA == addrB && (*port != 0 || *useTap) {
 		err = errors.New("devices A and B need different addresses to share a port")
+	}
+	if err == nil && *useTap {
+		err = checkDemoTapAddrs(addrA, addrB)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "softhca demo: -addrs %s: %v\n", *addrs, err)
@@ -151,6 +189,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 
 	d := &demo{out: stdout, lad: newLadder(pw, *loss), loss: *loss, svg: svgF != nil}
+	if *useTap {
+		d.tapName = *tapName
+	}
 	err = d.run(addrA, addrB, uint16(*port))
 	if svgF != nil {
 		// The steps run so far, also when one failed.
@@ -176,6 +217,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "softhca demo: FAILED: %v\n", err)
+		if hint := tapHint(err); hint != "" {
+			fmt.Fprintf(stderr, "softhca demo: -tap: %s\n", hint)
+		}
 		return exitFailure
 	}
 	if *pcapFile != "" {
@@ -207,6 +251,10 @@ type demo struct {
 	lad  *ladder
 	loss float64
 	a, b *demoSide
+	// tapName, with -tap, is the TAP interface A is a host on; tap is
+	// A's link there once open.
+	tapName string
+	tap     *tap.Link
 
 	// With -svg: every step's ladder, times from the run's first packet.
 	svg       bool
@@ -269,7 +317,15 @@ func (d *demo) printf(format string, args ...any) { fmt.Fprintf(d.out, format, a
 
 // run sets up both devices, runs the steps and closes the devices.
 func (d *demo) run(addrA, addrB netip.Addr, port uint16) error {
-	la, lb, note, err := openDemoLinks(addrA, addrB, port)
+	var la, lb link.Link
+	var note string
+	var err error
+	if d.tapName != "" {
+		d.tap, lb, note, err = openDemoTapLinks(d.tapName, addrA, addrB, port)
+		la = d.tap
+	} else {
+		la, lb, note, err = openDemoLinks(addrA, addrB, port)
+	}
 	if err != nil {
 		return err
 	}
@@ -303,7 +359,16 @@ func (d *demo) run(addrA, addrB netip.Addr, port uint16) error {
 	}
 
 	d.printf("softhca demo: two RDMA devices in this process, A and B, speaking RoCEv2\n")
-	d.printf("(InfiniBand transport headers in UDP) to each other over loopback.\n\n")
+	if d.tap != nil {
+		mac := d.tap.MAC()
+		d.printf("(InfiniBand transport headers in UDP) to each other through the kernel:\n")
+		d.printf("A is a host of its own on TAP interface %s, MAC %s;\n", d.tap.Name(), net.HardwareAddr(mac[:]))
+		d.printf("B is a UDP socket on the kernel's side of it. Every packet crosses the kernel\n")
+		d.printf("as an Ethernet frame; A asks for B's MAC by ARP, and answers the kernel's ARP\n")
+		d.printf("requests for its own address.\n\n")
+	} else {
+		d.printf("(InfiniBand transport headers in UDP) to each other over loopback.\n\n")
+	}
 	d.printf("  A: %s port %d    B: %s port %d\n", d.a.local.Src, d.a.local.SrcPort, d.b.local.Src, d.b.local.SrcPort)
 	d.printf("  RC (reliable connected) QPs:  A %#x <-> B %#x, first PSN %d\n", d.a.rc.Num(), d.b.rc.Num(), demoPSN)
 	d.printf("  UD (unreliable datagram) QPs: A %#x,  B %#x, Q_Key %#x\n", d.a.ud.Num(), d.b.ud.Num(), demoQKey)
@@ -349,6 +414,14 @@ func (d *demo) run(addrA, addrB netip.Addr, port uint16) error {
 		d.printf(", %d lost, %d retransmitted by A's timer", lost, st.Retransmits+sb.Retransmits)
 	}
 	d.printf(".\n")
+	if d.tap != nil {
+		hs := d.tap.HostStats()
+		d.printf("A's TAP host: frames in %d (RoCEv2 %d, ARP requests answered %d, ARP replies\n",
+			hs.RxFrames, hs.RxDelivered, hs.ARPReplies)
+		d.printf("learned %d, dropped %d); RoCEv2 packets out %d; ARP requests sent %d;\n",
+			hs.RxLearned, hs.Dropped(), hs.TxPackets, hs.ARPRequests)
+		d.printf("neighbours resolved %d.\n", hs.Resolved)
+	}
 	return nil
 }
 
@@ -437,6 +510,71 @@ func openDemoLinks(x, y netip.Addr, port uint16) (a, b *udp.Link, note string, e
 	return a, b, note, nil
 }
 
+// The -tap defaults: the interface's name, and A's and B's addresses (A
+// the TAP host, B the kernel's side of the interface; a /24 from
+// 10.0.0.0/8 that home and office networks rarely use).
+const (
+	demoTapName  = "softhca-demo0"
+	demoTapAddrs = "10.213.0.2,10.213.0.1"
+)
+
+// checkDemoTapAddrs checks -addrs for -tap: IPv4 (the kernel's side of
+// an IPv6 address would first wait out duplicate address detection),
+// unicast, in one /24, which the kernel's side gets.
+func checkDemoTapAddrs(a, b netip.Addr) error {
+	if !a.Is4() || !b.Is4() {
+		return errors.New("-tap runs over IPv4 (the kernel would hold an IPv6 address back for duplicate address detection)")
+	}
+	for _, x := range []netip.Addr{a, b} {
+		if !x.IsGlobalUnicast() {
+			return fmt.Errorf("%s is not a unicast address for a host on the TAP link", x)
+		}
+	}
+	if p := netip.PrefixFrom(b, 24).Masked(); !p.Contains(a) {
+		return fmt.Errorf("-tap: A's %s is not in %s, the kernel side's network", a, p)
+	}
+	if x := a.As4(); x[3] == 0 || x[3] == 255 {
+		return fmt.Errorf("-tap: %s is %s's network or broadcast address", a, netip.PrefixFrom(b, 24).Masked())
+	}
+	if x := b.As4(); x[3] == 0 || x[3] == 255 {
+		return fmt.Errorf("-tap: %s is %s's network or broadcast address", b, netip.PrefixFrom(b, 24).Masked())
+	}
+	return nil
+}
+
+// openDemoTapLinks opens A's TAP link on the interface name, A a host
+// with address x, and B's UDP socket on the kernel's side of the
+// interface at y, port. A created interface's kernel side gets y/24; an
+// existing one (made beforehand, by another user perhaps) is used as it
+// is, and must have y. If port is taken at y, B takes a free port.
+func openDemoTapLinks(name string, x, y netip.Addr, port uint16) (a *tap.Link, b *udp.Link, note string, err error) {
+	var kernel []netip.Prefix
+	if _, err := os.Stat("/sys/class/net/" + name); err == nil {
+		note = fmt.Sprintf("%s exists: using it as it is (its kernel side must have %s)", name, y)
+	} else {
+		kernel = []netip.Prefix{netip.PrefixFrom(y, 24)}
+	}
+	if a, err = openTAP(name, [6]byte{}, []netip.Addr{x}, kernel); err != nil {
+		return nil, nil, "", fmt.Errorf("device A: %w", err)
+	}
+	b, err = udp.Open(udp.Config{Addr: netip.AddrPortFrom(y, port), ECN: true})
+	if errors.Is(err, syscall.EADDRINUSE) && port != 0 {
+		if note != "" {
+			note += "; "
+		}
+		note += fmt.Sprintf("UDP port %d on %s: %s; B uses a free port instead", port, y, bindProblem(err))
+		b, err = udp.Open(udp.Config{Addr: netip.AddrPortFrom(y, 0), ECN: true})
+	}
+	if err != nil {
+		a.Close()
+		if errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return nil, nil, "", fmt.Errorf("device B: %s is not an address of the kernel's side of %s (ip addr add %s/24 dev %s): %w", y, name, y, name, err)
+		}
+		return nil, nil, "", fmt.Errorf("device B: cannot open a UDP socket on %s: %w", y, err)
+	}
+	return a, b, note, nil
+}
+
 // bindProblem says briefly why a bind failed.
 func bindProblem(err error) string {
 	if errors.Is(err, syscall.EADDRINUSE) {
@@ -447,7 +585,7 @@ func bindProblem(err error) string {
 
 // openSide opens a device on l whose packets go to peer's port, with a
 // PD, a CQ and a registered buffer.
-func (d *demo) openSide(name string, l, peer *udp.Link) (*demoSide, error) {
+func (d *demo) openSide(name string, l, peer link.Link) (*demoSide, error) {
 	local, err := l.LocalAddr()
 	if err != nil {
 		return nil, err
@@ -456,9 +594,15 @@ func (d *demo) openSide(name string, l, peer *udp.Link) (*demoSide, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lk link.Link = l
+	lk := l
 	if d.loss > 0 {
-		lk = &lossyLink{Link: l, lad: d.lad}
+		ll := &lossyLink{Link: l, lad: d.lad}
+		lk = ll
+		if ifc, ok := l.(link.Interface); ok {
+			// The device must still see an interface of its own, to
+			// take its GIDs, GUID and MTU from it.
+			lk = &lossyInterface{lossyLink: ll, ifc: ifc}
+		}
 	}
 	dev, err := hca.Open(hca.Config{
 		Name:     "demo" + name,
@@ -937,6 +1081,17 @@ func (l *lossyLink) Send(pkts []link.Packet) error {
 	}
 	return l.Link.Send(l.out)
 }
+
+// lossyInterface is a lossyLink on a link.Interface (A's TAP link), and
+// one itself.
+type lossyInterface struct {
+	*lossyLink
+	ifc link.Interface
+}
+
+func (l *lossyInterface) Addrs() []netip.Addr { return l.ifc.Addrs() }
+func (l *lossyInterface) MAC() [6]byte        { return l.ifc.MAC() }
+func (l *lossyInterface) MTU() int            { return l.ifc.MTU() }
 
 // tmSummary describes a tag-matching completion's flags and tag.
 func tmSummary(wc *verbs.WC) string {

@@ -61,6 +61,13 @@ func randomLoopback() string {
 func runDemoOK(t *testing.T, args ...string) string {
 	t.Helper()
 	code, stdout, stderr := runCmd(t, append([]string{"demo"}, args...)...)
+	checkDemoOK(t, code, stdout, stderr)
+	return stdout
+}
+
+// checkDemoOK checks what every successful run of the demo shows.
+func checkDemoOK(t *testing.T, code int, stdout, stderr string) {
+	t.Helper()
 	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	require.Empty(t, stderr)
 
@@ -107,7 +114,6 @@ func runDemoOK(t *testing.T, args ...string) string {
 	} {
 		require.Contains(t, stdout, want)
 	}
-	return stdout
 }
 
 func TestDemo(t *testing.T) {
@@ -391,6 +397,15 @@ func TestDemoUsage(t *testing.T) {
 		{"addrs same", []string{"-addrs", "127.0.0.1,127.0.0.1"}, exitUsage, "need different addresses"},
 		{"pcap not writable", []string{"-pcap", filepath.Join(t.TempDir(), "no", "such", "dir.pcap")}, exitUsage, "no such file or directory"},
 		{"svg not writable", []string{"-svg", filepath.Join(t.TempDir(), "no", "such", "dir.svg")}, exitUsage, "no such file or directory"},
+		{"tap-name without tap", []string{"-tap-name", "t0"}, exitUsage, "-tap-name names the -tap interface: give -tap too"},
+		{"tap-name too long", []string{"-tap", "-tap-name", "a-name-of-16-bytes"}, exitUsage, `-tap-name: interface name "a-name-of-16-bytes" is longer than 15 bytes`},
+		{"tap-name empty", []string{"-tap", "-tap-name", ""}, exitUsage, "-tap-name: no interface name"},
+		{"tap over IPv6", []string{"-tap", "-addrs", "fd13::2,fd13::1"}, exitUsage, "-tap runs over IPv4"},
+		{"tap other network", []string{"-tap", "-addrs", "10.213.1.2,10.213.0.1"}, exitUsage, "-tap: A's 10.213.1.2 is not in 10.213.0.0/24, the kernel side's network"},
+		{"tap same address", []string{"-tap", "-port", "0", "-addrs", "10.213.0.1,10.213.0.1"}, exitUsage, "need different addresses"},
+		{"tap broadcast", []string{"-tap", "-addrs", "10.213.0.255,10.213.0.1"}, exitUsage, "10.213.0.255 is 10.213.0.0/24's network or broadcast address"},
+		{"tap network", []string{"-tap", "-addrs", "10.213.0.2,10.213.0.0"}, exitUsage, "10.213.0.0 is 10.213.0.0/24's network or broadcast address"},
+		{"tap loopback", []string{"-tap", "-addrs", "127.0.0.2,127.0.0.1"}, exitUsage, "127.0.0.2 is not a unicast address for a host on the TAP link"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

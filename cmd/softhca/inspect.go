@@ -150,7 +150,11 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		up := time.Duration(s.Uptime * float64(time.Second)).Round(time.Second)
-		fmt.Fprintf(stdout, "%s: serving on UDP %s (pid %d, up %v, version %s)\n", s.Device, s.Listen, s.PID, up, s.Version)
+		where := "UDP " + s.Listen
+		if s.Tap != "" {
+			where = fmt.Sprintf("TAP %s as %s (MAC %s)", s.Tap, s.Listen, s.MAC)
+		}
+		fmt.Fprintf(stdout, "%s: serving on %s (pid %d, up %v, version %s)\n", s.Device, where, s.PID, up, s.Version)
 		fmt.Fprintf(stdout, "  control   %s\n", s.Control)
 		if s.HTTP != "" {
 			fmt.Fprintf(stdout, "  web page  http://%s/\n", s.HTTP)

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/softhca/softhca/cmd/softhca/internal/perftest"
 	"github.com/softhca/softhca/cmd/softhca/internal/pingpong"
+	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/wire"
 )
 
@@ -65,11 +67,19 @@ softhca options:
                      (pcap, one frame per packet, for Wireshark's InfiniBand
                      dissector and softhca decode); perftest's -w
                      (--limit_bw) is not implemented
+  --tap=NAME         put the device on TAP interface NAME instead of a UDP
+                     socket: a host of its own there, whose IP address is
+                     --addr (required; port 4791 only), GID 1 as usual
+  --tap-mac=MAC      the TAP host's MAC (default 02:00 and the last four
+                     bytes of --addr)
+
+` + tapHelp + `
 
 Examples:
   server:  softhca perf write -s 4096
   client:  softhca perf write -s 4096 10.0.0.1
   with rxe on the other host: ib_write_bw -d rxe0 -x 1 -s 4096 [SERVER]
+  on a TAP:  softhca perf write --tap tap0 --addr 10.9.0.2
 
 ` + perfSweepHelp + `
 With SOFTHCA_STATS=<file> in the environment, the device's transport
@@ -125,6 +135,19 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	cfg := perftest.Config{Options: o, Stdout: stdout, Stderr: stderr, Listening: perfListening, DeviceRate: rate, BusyPoll: busy}
+	if o.Tap != "" {
+		cfg.OpenLink = func(local netip.Addr) (link.Link, uint16, error) {
+			l, err := openTAP(o.Tap, o.TapMAC, []netip.Addr{local}, nil)
+			if err != nil {
+				return nil, 0, err
+			}
+			peer := o.PeerPort
+			if peer == 0 {
+				peer = wire.RoCEv2Port
+			}
+			return l, peer, nil
+		}
+	}
 	var pf *pcapFile
 	if o.PcapFile != "" {
 		if pf, err = createPcapFile(o.PcapFile); err != nil {
@@ -154,6 +177,9 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	status := exitOK
 	if err != nil {
 		fmt.Fprintf(stderr, "softhca perf %s: %v\n", test, err)
+		if hint := tapHint(err); hint != "" {
+			fmt.Fprintf(stderr, "softhca perf %s: --tap %s: %s\n", test, o.Tap, hint)
+		}
 		status = exitFailure
 	}
 	if pf != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/softhca/softhca/cmd/softhca/internal/pingpong"
+	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
 )
@@ -62,6 +63,13 @@ softhca's choices (rdma-core finds them in the kernel):
   --no-gso               one UDP datagram per packet (no GSO/GRO offloads), so
                          that tcpdump -i lo shows every packet as a frame of
                          its own (with GSO it sees several in one datagram)
+  --tap=<name>           put the device on TAP interface <name> instead of a UDP
+                         socket: a host of its own there, whose IP address is
+                         --addr (required; port 4791 only), GID 1 as usual
+  --tap-mac=<mac>        the TAP host's MAC (default 02:00 and the last four
+                         bytes of --addr)
+
+` + tapHelp + `
 
 Exit status: 0 on success; 1 on any failure or bad usage, as rdma-core.
 With SOFTHCA_STATS=<file> in the environment, the device's transport
@@ -73,6 +81,8 @@ Examples:
   softhca pingpong rc -g 1 10.0.0.1             # its client (or ibv_rc_pingpong -g 1 10.0.0.1)
   softhca pingpong ud -g 1 --addr 127.0.0.1:4800 --peer-port 4801 &          # both sides on
   softhca pingpong ud -g 1 --addr 127.0.0.1:4801 --peer-port 4800 127.0.0.1  # one host
+  softhca pingpong rc -g 1 --tap tap0 --addr 10.9.0.2   # a server on TAP tap0 (ip addr add 10.9.0.1/24 dev tap0)
+  softhca pingpong rc -g 1 --addr 10.9.0.1 127.0.0.1    # its client, on UDP on the kernel's side of tap0
 `
 
 // pingpongOpt is one option of a pingpong command.
@@ -93,6 +103,11 @@ type pingpongArgs struct {
 	pingpong.Config
 	// pcapFile (-w) receives every packet the device sends and receives.
 	pcapFile string
+	// tapName (--tap) is the TAP interface the device is a host on, with
+	// the address Addr and the MAC tapMAC (zero: the default); "": a UDP
+	// socket.
+	tapName string
+	tapMAC  [6]byte
 }
 
 // pingpongOpts are the options of every mode; each mode accepts those
@@ -212,6 +227,14 @@ var pingpongOpts = []pingpongOpt{
 		return nil
 	}},
 	{long: "no-gso", softhca: true, set: func(c *pingpongArgs, _ string) error { c.NoGSO = true; return nil }},
+	{long: "tap", arg: true, softhca: true, set: func(c *pingpongArgs, v string) (err error) {
+		c.tapName, err = parseTAPName(v)
+		return err
+	}},
+	{long: "tap-mac", arg: true, softhca: true, set: func(c *pingpongArgs, v string) (err error) {
+		c.tapMAC, err = parseMAC(v)
+		return err
+	}},
 	{short: 'w', long: "pcap", arg: true, softhca: true, set: func(c *pingpongArgs, v string) error {
 		if v == "" {
 			return errors.New("no file name")
@@ -443,7 +466,25 @@ func parsePingpongArgs(args []string) (cfg pingpongArgs, help bool, err error) {
 	default:
 		return cfg, false, usagef("one host at most, got %q", hosts)
 	}
+	if err := cfg.checkTAP(); err != nil {
+		return cfg, false, err
+	}
 	return cfg, false, nil
+}
+
+// checkTAP checks the combination of --tap, --tap-mac and --addr.
+func (c *pingpongArgs) checkTAP() error {
+	switch {
+	case c.tapName == "" && c.tapMAC != [6]byte{}:
+		return usagef("--tap-mac is the MAC of a --tap device: give --tap too")
+	case c.tapName == "":
+		return nil
+	case !c.Addr.IsValid():
+		return usagef("--tap %s needs --addr: the device's own IP address on the TAP interface's network (a host of its own there, it has none of this machine's)", c.tapName)
+	case c.Addr.Port() != wire.RoCEv2Port:
+		return usagef("--tap %s: --addr %s: a TAP host receives RoCEv2 on UDP port %d only; give the address without a port", c.tapName, c.Addr, wire.RoCEv2Port)
+	}
+	return nil
 }
 
 // runPingpong is the pingpong command.
@@ -477,6 +518,11 @@ func pingpongMain(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		}
 		cfg.Trace = pf.trace
 	}
+	if cfg.tapName != "" {
+		cfg.OpenLink = func(addr netip.AddrPort) (link.Link, error) {
+			return openTAP(cfg.tapName, cfg.tapMAC, []netip.Addr{addr.Addr()}, nil)
+		}
+	}
 	if adjust != nil {
 		adjust(&cfg.Config)
 	}
@@ -486,6 +532,9 @@ func pingpongMain(ctx context.Context, args []string, stdout, stderr io.Writer, 
 			fmt.Fprintf(stderr, "softhca pingpong %s: -c: the received data differs from what the peer sends\n", cfg.Mode)
 		} else {
 			fmt.Fprintln(stderr, err)
+		}
+		if hint := tapHint(err); hint != "" {
+			fmt.Fprintf(stderr, "softhca pingpong: --tap %s: %s\n", cfg.tapName, hint)
 		}
 		status = exitFailure
 	}

@@ -82,6 +82,30 @@ func TestPingpongArgs(t *testing.T) {
 		require.Equal(t, "x.pcap", got.pcapFile, args)
 	}
 
+	// --tap NAME with --addr (softhca's own, so one dash works too), and
+	// --tap-mac. A prefix rdma-core knows means rdma-core's option
+	// ("--t" is --ts).
+	for _, tc := range []struct {
+		args []string
+		mac  [6]byte
+	}{
+		{[]string{"rc", "--tap", "tap0", "--addr", "10.9.0.2"}, [6]byte{}},
+		{[]string{"rc", "-tap=tap0", "-addr=10.9.0.2:4791"}, [6]byte{}},
+		{[]string{"rc", "--addr", "10.9.0.2", "--tap", "tap0", "--tap-mac", "02:aa:bb:cc:dd:ee"}, [6]byte{2, 0xaa, 0xbb, 0xcc, 0xdd, 0xee}},
+		{[]string{"rc", "--addr", "10.9.0.2", "-tap-mac=02-AA-BB-CC-DD-EE", "--tap=tap0"}, [6]byte{2, 0xaa, 0xbb, 0xcc, 0xdd, 0xee}},
+	} {
+		got, _, err := parsePingpongArgs(tc.args)
+		require.NoError(t, err, tc.args)
+		require.Equal(t, "tap0", got.tapName, tc.args)
+		require.Equal(t, tc.mac, got.tapMAC, tc.args)
+		require.Equal(t, netip.MustParseAddrPort("10.9.0.2:4791"), got.Addr, tc.args)
+		require.Nil(t, got.OpenLink, "the command sets the hook, after parsing")
+	}
+	got, _, err := parsePingpongArgs([]string{"rc", "--t"})
+	require.NoError(t, err)
+	require.True(t, got.Features.Timestamps, "--t is rdma-core's --ts")
+	require.Empty(t, got.tapName)
+
 	ud, _, err := parsePingpongArgs([]string{"ud"})
 	require.NoError(t, err)
 	require.Equal(t, uint32(1024), ud.Size, "ud_pingpong's default size is 1024 (its usage says 2048)")
@@ -129,6 +153,18 @@ func TestPingpongArgErrors(t *testing.T) {
 		{[]string{"rc", "-port-mtu", "9000"}, `--port-mtu: "9000" is not an MTU`},
 		{[]string{"rc", "a", "b"}, `one host at most, got ["a" "b"]`},
 		{[]string{"rc", "-g", "1", ""}, `the host is "": name the server`},
+		{[]string{"rc", "--tap", "tap0"}, "--tap tap0 needs --addr: the device's own IP address"},
+		{[]string{"rc", "--tap", "tap0", "10.0.0.1"}, "--tap tap0 needs --addr"},
+		{[]string{"rc", "--tap=tap0", "--addr", "10.9.0.2:4800"}, "--tap tap0: --addr 10.9.0.2:4800: a TAP host receives RoCEv2 on UDP port 4791 only"},
+		{[]string{"rc", "--tap=tap0", "--addr", "10.9.0.2:0"}, "UDP port 4791 only"},
+		{[]string{"rc", "--tap="}, "--tap: no interface name"},
+		{[]string{"rc", "--tap", "a-name-of-16-bytes"}, `interface name "a-name-of-16-bytes" is longer than 15 bytes`},
+		{[]string{"rc", "--tap"}, "option '--tap' requires an argument"},
+		{[]string{"rc", "--tap-mac", "02:00:00:00:00:01", "--addr", "10.9.0.2"}, "--tap-mac is the MAC of a --tap device: give --tap too"},
+		{[]string{"rc", "--tap", "t", "--addr", "10.9.0.2", "--tap-mac", "02:00:00:00:01"}, `--tap-mac: "02:00:00:00:01" is not an Ethernet MAC address`},
+		{[]string{"rc", "--tap", "t", "--addr", "10.9.0.2", "--tap-mac", "01:00:5e:00:00:01"}, "--tap-mac: 01:00:5e:00:00:01 is not a unicast MAC address"},
+		{[]string{"rc", "--tap", "t", "--addr", "10.9.0.2", "--tap-mac", "00:00:00:00:00:00"}, "is not a unicast MAC address"},
+		{[]string{"rc", "--ta=t"}, "option '--ta' is ambiguous"},
 	} {
 		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
 			_, _, err := parsePingpongArgs(tc.args)

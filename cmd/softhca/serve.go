@@ -18,6 +18,7 @@ import (
 	"github.com/softhca/softhca/cmd/softhca/internal/control"
 	"github.com/softhca/softhca/cmd/softhca/internal/daemon"
 	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
 )
 
 // exitInUse is serve's exit status when its UDP address, control socket
@@ -40,13 +41,25 @@ Examples:
   softhca serve --listen 127.0.0.1 --region buf:1M:rwa --metrics 127.0.0.1:9791
   softhca serve --pingpong "rc -g 1" --perftest "write_bw -p 18516"   # responders for peers
   softhca serve --config /etc/softhca/serve.conf --log-format json
+  softhca serve --tap tap0 --listen 10.9.0.2 --tap-addr fd09::2   # a host of its own on TAP tap0
+
+With --tap NAME the device is not on a UDP socket of this machine but a
+host of its own on TAP interface NAME, with its own MAC (--tap-mac;
+default 02:00 and the last four bytes of --listen's address) and IP
+addresses: --listen's (required, port 4791 only), GID 1, then each
+--tap-addr, GIDs 2, 3, ...; GID 0 is the link-local address made from the
+MAC, and the active MTU follows the interface's unless --mtu says
+otherwise. It answers ARP, neighbour discovery and ping there, and can
+share the machine with a kernel rxe that owns UDP port 4791.
+` + tapHelp + `
 
 Exit status: 0 stopped cleanly; 1 failed while running, the stop took
 longer than --shutdown-timeout, or the stop found work requests whose
 completions were lost (a CQ too small for its QPs' flush overran); 2 usage error (a bad flag, config file or
 region); 3 the UDP address, the control socket or an HTTP port is in use
 (another softhca daemon, or the kernel's rdma_rxe, which owns UDP port
-4791 on every address once an rxe device exists).
+4791 on every address once an rxe device exists), or the --tap interface
+is open in another process.
 
 Flags (a --config file of "flag = value" lines sets the same ones; the
 command line wins):
@@ -56,6 +69,8 @@ command line wins):
 type serveFlags struct {
 	name, listen, control, httpAddr, metrics string
 	logFormat, logLevel, config              string
+	tap, tapMAC                              string
+	tapAddrs                                 addrList
 	peerPort, mtu, traceRing                 int
 	shutdown, runTimeout                     time.Duration
 	regions                                  regionList
@@ -69,6 +84,20 @@ type limitList struct{ attr *verbs.DeviceAttr }
 func (l limitList) String() string { return "" }
 
 func (l limitList) Set(s string) error { return daemon.SetLimit(l.attr, s) }
+
+// addrList is the repeatable --tap-addr flag.
+type addrList []netip.Addr
+
+func (l *addrList) String() string { return "" }
+
+func (l *addrList) Set(s string) error {
+	a, err := netip.ParseAddr(strings.Trim(s, "[]"))
+	if err != nil {
+		return fmt.Errorf("%q is not an IP address", s)
+	}
+	*l = append(*l, a.Unmap())
+	return nil
+}
 
 // regionList is the repeatable --region flag.
 type regionList []daemon.Region
@@ -102,6 +131,9 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.config, "config", "", "a configuration `file` of \"flag = value\" lines")
+	fs.StringVar(&f.tap, "tap", "", "put the device on TAP interface `NAME` (created unless it exists), a host of its own there whose address is --listen's (required; port 4791)")
+	fs.Var(&f.tapAddrs, "tap-addr", "another `IP` address of the --tap host (GID 2, 3, ...; an IPv6 one, say); repeatable")
+	fs.StringVar(&f.tapMAC, "tap-mac", "", "the --tap host's `MAC` (default 02:00 and the last four bytes of --listen's address)")
 }
 
 func runServe(args []string, stdout, stderr io.Writer) int {
@@ -144,12 +176,21 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 	d, err := daemon.Start(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "softhca serve: %v\n", err)
-		if errors.Is(err, daemon.ErrAddrInUse) || errors.Is(err, syscall.EADDRINUSE) {
+		if hint := tapHint(err); hint != "" {
+			fmt.Fprintf(stderr, "softhca serve: --tap %s: %s\n", f.tap, hint)
+		}
+		var te *daemon.TapError
+		if errors.Is(err, daemon.ErrAddrInUse) || errors.Is(err, syscall.EADDRINUSE) ||
+			(errors.As(err, &te) && errors.Is(err, syscall.EBUSY)) {
 			return exitInUse
 		}
 		return exitFailure
 	}
-	fmt.Fprintf(stdout, "softhca serve: %s on UDP %s; control %s", cfg.Name, d.Listen(), d.ControlPath())
+	if name, mac := d.Tap(); name != "" {
+		fmt.Fprintf(stdout, "softhca serve: %s on TAP %s as %s (MAC %s); control %s", cfg.Name, name, d.Listen(), mac, d.ControlPath())
+	} else {
+		fmt.Fprintf(stdout, "softhca serve: %s on UDP %s; control %s", cfg.Name, d.Listen(), d.ControlPath())
+	}
 	if a := d.HTTPAddr(); a != "" {
 		fmt.Fprintf(stdout, "; web page http://%s/", a)
 	}
@@ -234,6 +275,9 @@ func (f *serveFlags) daemonConfig(stderr io.Writer) (daemon.Config, *slog.Logger
 	} else {
 		cfg.Listen = netip.AddrPort{} // the daemon takes the primary address
 	}
+	if err := f.tapConfig(&cfg); err != nil {
+		return cfg, nil, err
+	}
 	if f.peerPort < 1 || f.peerPort > 65535 {
 		return cfg, nil, fmt.Errorf("--peer-port %d: want 1..65535", f.peerPort)
 	}
@@ -283,4 +327,44 @@ func (f *serveFlags) daemonConfig(stderr io.Writer) (daemon.Config, *slog.Logger
 		return cfg, nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
 	}
 	return cfg, cfg.Log, nil
+}
+
+// tapConfig checks --tap, --tap-addr and --tap-mac against --listen and
+// fills in cfg.Tap.
+func (f *serveFlags) tapConfig(cfg *daemon.Config) error {
+	if f.tap == "" {
+		if len(f.tapAddrs) > 0 || f.tapMAC != "" {
+			return errors.New("--tap-addr and --tap-mac describe the --tap device: give --tap NAME too")
+		}
+		return nil
+	}
+	name, err := parseTAPName(f.tap)
+	if err != nil {
+		return fmt.Errorf("--tap: %w", err)
+	}
+	cfg.Tap.Name = name
+	if f.tapMAC != "" {
+		if cfg.Tap.MAC, err = parseMAC(f.tapMAC); err != nil {
+			return fmt.Errorf("--tap-mac: %w", err)
+		}
+	}
+	switch {
+	case f.listen == "" || strings.HasPrefix(f.listen, ":"):
+		// :PORT would take this machine's primary address.
+		return fmt.Errorf("--tap %s needs --listen IP: the device's own address on the TAP interface's network (a host of its own there, it has none of this machine's)", name)
+	case cfg.Listen.Port() != wire.RoCEv2Port:
+		return fmt.Errorf("--tap %s: --listen %s: a TAP host receives RoCEv2 on UDP port %d only; give the address without a port", name, f.listen, wire.RoCEv2Port)
+	}
+	seen := map[netip.Addr]bool{cfg.Listen.Addr().Unmap(): true}
+	for _, a := range f.tapAddrs {
+		if !a.IsGlobalUnicast() {
+			return fmt.Errorf("--tap-addr %s: not a global unicast address (the host's link-local one, GID 0, comes from its MAC)", a)
+		}
+		if seen[a] {
+			return fmt.Errorf("--tap-addr %s: the address is given twice", a)
+		}
+		seen[a] = true
+		cfg.Tap.Addrs = append(cfg.Tap.Addrs, a)
+	}
+	return nil
 }

@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,6 +199,18 @@ func TestServeUsage(t *testing.T) {
 		{[]string{"--config", conf("mtu = 9000\n")}, "--mtu 9000"},
 		{[]string{"--config", conf("region = bad\n")}, ":1: region: region \"bad\""},
 		{[]string{"--config", conf("config = other\n")}, "cannot name another"},
+		{[]string{"--tap", "tap0"}, "--tap tap0 needs --listen IP: the device's own address on the TAP interface's network"},
+		{[]string{"--tap", "tap0", "--listen", ":4791"}, "--tap tap0 needs --listen IP"},
+		{[]string{"--tap", "tap0", "--listen", "10.9.0.2:4800"}, "--tap tap0: --listen 10.9.0.2:4800: a TAP host receives RoCEv2 on UDP port 4791 only"},
+		{[]string{"--tap", "a-name-of-16-bytes", "--listen", "10.9.0.2"}, `--tap: interface name "a-name-of-16-bytes" is longer than 15 bytes`},
+		{[]string{"--tap-addr", "fd09::2"}, "--tap-addr and --tap-mac describe the --tap device: give --tap NAME too"},
+		{[]string{"--tap-mac", "02:00:00:00:00:01"}, "give --tap NAME too"},
+		{[]string{"--tap-addr", "x"}, `invalid value "x" for flag -tap-addr: "x" is not an IP address`},
+		{[]string{"--tap", "t", "--listen", "10.9.0.2", "--tap-mac", "nope"}, `--tap-mac: "nope" is not an Ethernet MAC address`},
+		{[]string{"--tap", "t", "--listen", "10.9.0.2", "--tap-addr", "ff02::1"}, "--tap-addr ff02::1: not a global unicast address"},
+		{[]string{"--tap", "t", "--listen", "10.9.0.2", "--tap-addr", "fd09::2", "--tap-addr", "fd09::2"}, "--tap-addr fd09::2: the address is given twice"},
+		{[]string{"--tap", "t", "--listen", "10.9.0.2", "--tap-addr", "10.9.0.2"}, "--tap-addr 10.9.0.2: the address is given twice"},
+		{[]string{"--config", conf("tap = tap0\n")}, "--tap tap0 needs --listen IP"},
 	} {
 		var out, errb bytes.Buffer
 		code := serveMain(context.Background(), append([]string{"--control", filepath.Join(dir, "never.sock")}, tc.args...), &out, &errb, nil)
@@ -224,6 +239,31 @@ func TestServeConfigFile(t *testing.T) {
 	require.Equal(t, "fromfile", st.Device)
 	require.Len(t, st.Regions, 2)
 	require.Equal(t, uint64(2048), st.Regions[1].Length)
+}
+
+// TestServeTapFlags: --tap, --tap-addr and --tap-mac, on the command line
+// and in a configuration file, make the daemon's Tap; the daemon opens
+// the interface they name (an interface that is not a TAP is refused,
+// which needs no privileges to find out: exit 1 with link/tap's reason).
+func TestServeTapFlags(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "serve.conf")
+	require.NoError(t, os.WriteFile(p, []byte("tap = lo\nlisten = 10.9.0.2\ntap-addr = fd09::2\ntap-addr = [fd09::3]\ntap-mac = 02:00:0a:09:00:99\n"), 0o600))
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var f serveFlags
+	f.register(fs)
+	require.NoError(t, fs.Parse([]string{"--config", p, "--tap", "tap7"}))
+	require.NoError(t, applyConfigFile(fs, p))
+	cfg, _, err := f.daemonConfig(io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, netip.MustParseAddrPort("10.9.0.2:4791"), cfg.Listen)
+	require.Equal(t, daemon.Tap{Name: "tap7", Addrs: []netip.Addr{netip.MustParseAddr("fd09::2"), netip.MustParseAddr("fd09::3")},
+		MAC: [6]byte{2, 0, 10, 9, 0, 0x99}}, cfg.Tap, "the command line's --tap wins over the file's")
+
+	var out, errb bytes.Buffer
+	code := serveMain(context.Background(), []string{"--config", p, "--control", filepath.Join(t.TempDir(), "s.sock"), "--http", ""}, &out, &errb, nil)
+	require.Equal(t, exitFailure, code, "stdout:\n%s\nstderr:\n%s", &out, &errb)
+	require.Equal(t, "softhca serve: TAP interface lo: link/tap: lo exists and is not a TUN/TAP interface: invalid argument\n", errb.String())
+	require.Empty(t, out.String())
 }
 
 // TestClientsUsage: the clients' usage errors and their -h.

@@ -13,9 +13,14 @@ type Status struct {
 	Started string  `json:"started"`
 	Uptime  float64 `json:"uptime_s"`
 	Device  string  `json:"ifname"`
-	// Listen is the UDP address the device sends from and receives on.
-	Listen string   `json:"listen"`
-	GIDs   []string `json:"gids"`
+	// Listen is the UDP address the device sends from and receives on
+	// (on a TAP interface: its first address, port 4791).
+	Listen string `json:"listen"`
+	// Tap is the TAP interface the device is a host on, and MAC its
+	// Ethernet address there; both empty for a device on UDP.
+	Tap  string   `json:"tap,omitempty"`
+	MAC  string   `json:"mac,omitempty"`
+	GIDs []string `json:"gids"`
 	// ActiveMTU is the port's active MTU in bytes.
 	ActiveMTU int    `json:"active_mtu"`
 	Control   string `json:"control"`

@@ -51,6 +51,9 @@ func (d *Daemon) Status() control.Status {
 		Objects:   map[string]int{"pd": len(res.PDs), "mr": len(res.MRs), "cq": len(res.CQs), "qp": len(res.QPs), "srq": len(res.SRQs)},
 		RxPackets: st.RxPackets, TxPackets: st.TxPackets, Dropped: st.Dropped(),
 	}
+	if name, mac := d.Tap(); name != "" {
+		s.Tap, s.MAC = name, mac.String()
+	}
 	// The table's entries in use (index 0, the link-local GID, and one
 	// per address), as ibv_devinfo -v lists them.
 	for i := 0; ; i++ {

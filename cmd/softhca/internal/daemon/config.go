@@ -22,8 +22,12 @@ type Config struct {
 	Name string
 	// Listen is the UDP address of the device. The zero value takes the
 	// host's primary address (the source of its default route, or
-	// 127.0.0.1 without one) on port 4791.
+	// 127.0.0.1 without one) on port 4791. With Tap, it is the TAP host's
+	// first address (GID 1), and its port must be 4791.
 	Listen netip.AddrPort
+	// Tap, if its Name is set, puts the device on a TAP interface
+	// (link/tap) instead of a UDP socket.
+	Tap Tap
 	// PeerPort is the UDP port peers' devices listen on; 0 means 4791.
 	PeerPort uint16
 	// MTU is the port's active MTU; 0 derives it from the interface that
@@ -69,6 +73,30 @@ type Config struct {
 	OpenLink func(addr netip.AddrPort) (link.Link, error)
 	Now      func() time.Time
 }
+
+// Tap is a device's TAP interface: the device is a host of its own on the
+// interface's Ethernet link (link/tap), with its own MAC and addresses,
+// and takes its GIDs, node GUID and (unless Config.MTU) active MTU from
+// it, as rxe takes them from its netdev.
+type Tap struct {
+	// Name is the TAP interface, created unless it exists (see
+	// tap.LinkConfig.Name).
+	Name string
+	// Addrs are the host's addresses after Config.Listen's (GID 2
+	// onwards).
+	Addrs []netip.Addr
+	// MAC is the host's MAC; zero: tap.DefaultMAC of Listen's address.
+	MAC [6]byte
+}
+
+// TapError is a failure to open the device's TAP interface (Config.Tap).
+type TapError struct {
+	Name string
+	Err  error
+}
+
+func (e *TapError) Error() string { return "TAP interface " + e.Name + ": " + e.Err.Error() }
+func (e *TapError) Unwrap() error { return e.Err }
 
 // DefaultTraceRing is how many packets the daemon keeps by default.
 const DefaultTraceRing = 1024

@@ -1,5 +1,6 @@
 // Package daemon is `softhca serve`: a soft HCA that outlives the
-// commands that use it. It owns one hca.Device on a UDP address, the
+// commands that use it. It owns one hca.Device on a UDP address (or, with
+// Config.Tap, on a TAP interface, a host of its own there), the
 // named target memory regions peers use, a ring of recently traced
 // packets, and the servers that show them: the control API on a Unix
 // socket (package control), and optionally a Prometheus endpoint and a
@@ -36,6 +37,7 @@ import (
 	"github.com/softhca/softhca/cmd/softhca/internal/control"
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
+	"github.com/softhca/softhca/link/tap"
 	"github.com/softhca/softhca/link/udp"
 	"github.com/softhca/softhca/verbs"
 	"github.com/softhca/softhca/wire"
@@ -53,6 +55,10 @@ type Daemon struct {
 	started time.Time
 	listen  netip.AddrPort
 	control string
+	// tap and mac are the TAP interface and the device's MAC there
+	// (Config.Tap); tap is "" for a device on UDP.
+	tap string
+	mac [6]byte
 
 	dev     *hca.Device
 	pd      *hca.PD
@@ -113,6 +119,10 @@ func Start(cfg Config) (_ *Daemon, err error) {
 		}
 	}()
 	d.listen = cfg.Listen
+	if cfg.Tap.Name != "" && !d.listen.IsValid() {
+		// A TAP host has none of this machine's addresses to default to.
+		return nil, fmt.Errorf("TAP %s: the device needs an address of its own (Listen): %w", cfg.Tap.Name, syscall.EINVAL)
+	}
 	if !d.listen.IsValid() {
 		a, err := primaryAddr()
 		if err != nil {
@@ -162,8 +172,12 @@ func Start(cfg Config) (_ *Daemon, err error) {
 	return d, nil
 }
 
-// openDevice binds the UDP address and opens the device on it.
+// openDevice binds the UDP address, or opens the TAP interface, and
+// opens the device on it.
 func (d *Daemon) openDevice() error {
+	if d.cfg.Tap.Name != "" {
+		return d.openTapDevice()
+	}
 	var l link.Link
 	var err error
 	if d.cfg.OpenLink != nil {
@@ -191,6 +205,36 @@ func (d *Daemon) openDevice() error {
 	if mtu == 0 {
 		mtu = hca.ActiveMTUFor(d.listen.Addr())
 	}
+	if err := d.openHCA(l, mtu); err != nil {
+		return fmt.Errorf("device %s on UDP %s: %w", d.cfg.Name, d.listen, err)
+	}
+	return nil
+}
+
+// openTapDevice opens the TAP interface Config.Tap names and the device
+// on it: a host whose addresses are Listen's and Tap.Addrs, and whose
+// active MTU is Config.MTU or follows the interface's.
+func (d *Daemon) openTapDevice() error {
+	t := d.cfg.Tap
+	if d.listen.Port() != wire.RoCEv2Port {
+		return fmt.Errorf("TAP %s: the device's address %s: a TAP host receives RoCEv2 on UDP port %d only: %w", t.Name, d.listen, wire.RoCEv2Port, syscall.EINVAL)
+	}
+	addrs := append([]netip.Addr{d.listen.Addr()}, t.Addrs...)
+	l, err := tap.Open(tap.LinkConfig{Name: t.Name, Host: tap.Config{Addrs: addrs, MAC: t.MAC}})
+	if err != nil {
+		return &TapError{Name: t.Name, Err: err}
+	}
+	d.tap, d.mac = l.Name(), l.MAC()
+	if err := d.openHCA(l, d.cfg.MTU); err != nil {
+		return fmt.Errorf("device %s on TAP %s: %w", d.cfg.Name, d.tap, err)
+	}
+	return nil
+}
+
+// openHCA opens the device on l with the active MTU mtu (0: the
+// interface's, for a link.Interface). It closes l when it fails.
+func (d *Daemon) openHCA(l link.Link, mtu verbs.MTU) error {
+	var err error
 	ring := d.cfg.TraceRing
 	d.tr = newTracer(ring, d.now)
 	hc := hca.Config{
@@ -207,7 +251,7 @@ func (d *Daemon) openDevice() error {
 	d.dev, err = hca.Open(hc)
 	if err != nil {
 		l.Close()
-		return fmt.Errorf("device %s on UDP %s: %w", d.cfg.Name, d.listen, err)
+		return err
 	}
 	return nil
 }
@@ -250,8 +294,18 @@ func (d *Daemon) goServe(what string, serve func() error) {
 // Device returns the daemon's device.
 func (d *Daemon) Device() *hca.Device { return d.dev }
 
-// Listen returns the device's UDP address.
+// Listen returns the device's UDP address (on a TAP interface, its
+// first address and port 4791).
 func (d *Daemon) Listen() netip.AddrPort { return d.listen }
+
+// Tap returns the TAP interface the device is on and its MAC there; ""
+// for a device on UDP.
+func (d *Daemon) Tap() (name string, mac net.HardwareAddr) {
+	if d.tap == "" {
+		return "", nil
+	}
+	return d.tap, net.HardwareAddr(d.mac[:])
+}
 
 // ControlPath returns the control socket's path.
 func (d *Daemon) ControlPath() string { return d.control }

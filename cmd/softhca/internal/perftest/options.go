@@ -3,12 +3,14 @@ package perftest
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/softhca/softhca/verbs"
+	"github.com/softhca/softhca/wire"
 )
 
 // Verb is the operation a test measures (VerbType).
@@ -157,6 +159,12 @@ type Options struct {
 	// PcapFile (-w) is the file "softhca perf" writes the device's
 	// packets to; Run does not open it (see Config.Trace).
 	PcapFile string
+	// Tap (--tap) is the TAP interface "softhca perf" puts the device on,
+	// a host of its own there with the address Addr (required, port
+	// 4791) and the MAC TapMAC (zero: link/tap's default); Run does not
+	// open it (see Config.OpenLink). Empty: a UDP socket.
+	Tap    string
+	TapMAC [6]byte
 
 	sizeSet, cqModSet, sweep bool
 }
@@ -308,6 +316,28 @@ func optTable(o *Options) []optSpec {
 				return fmt.Errorf("--timeout %q is negative", v)
 			}
 			o.Timeout = d
+			return nil
+		}},
+
+		{0, "tap", true, false, func(o *Options, v string) error {
+			switch {
+			case v == "":
+				return errors.New("--tap: no interface name")
+			case len(v) > maxIfName:
+				return fmt.Errorf("--tap %q: an interface name has at most %d bytes", v, maxIfName)
+			}
+			o.Tap = v
+			return nil
+		}},
+		{0, "tap-mac", true, false, func(o *Options, v string) error {
+			hw, err := net.ParseMAC(v)
+			if err != nil || len(hw) != 6 {
+				return fmt.Errorf("--tap-mac %q: want an Ethernet MAC address (six bytes, like 02:00:0a:00:00:02)", v)
+			}
+			if mac := [6]byte(hw); mac == ([6]byte{}) || mac[0]&1 != 0 {
+				return fmt.Errorf("--tap-mac %s: not a unicast MAC address", hw)
+			}
+			o.TapMAC = [6]byte(hw)
 			return nil
 		}},
 
@@ -500,6 +530,9 @@ func (o *Options) finish() error {
 	if err := o.checkSweep(); err != nil {
 		return err
 	}
+	if err := o.checkTap(); err != nil {
+		return err
+	}
 	if o.Verb == Atomic {
 		if o.sizeSet && o.Size != defSizeAtom || o.All {
 			return errors.New("message size cannot be changed for atomic tests (8 bytes)")
@@ -570,4 +603,25 @@ func (o *Options) bufSize() int {
 		return MaxSize
 	}
 	return o.Size
+}
+
+// maxIfName is the longest network interface name Linux takes (IFNAMSIZ
+// less the terminating NUL).
+const maxIfName = 15
+
+// checkTap checks --tap and --tap-mac against --addr: a TAP device is a
+// host of its own, with no address of this machine's to default to, and
+// receives RoCEv2 on UDP port 4791 only.
+func (o *Options) checkTap() error {
+	switch {
+	case o.Tap == "" && o.TapMAC != [6]byte{}:
+		return errors.New("--tap-mac is the MAC of a --tap device: give --tap too")
+	case o.Tap == "":
+		return nil
+	case !o.Addr.IsValid():
+		return fmt.Errorf("--tap %s needs --addr: the device's own IP address on the TAP interface's network (a host of its own there, it has none of this machine's)", o.Tap)
+	case o.Addr.Port() != 0 && o.Addr.Port() != wire.RoCEv2Port:
+		return fmt.Errorf("--tap %s: --addr %s: a TAP host receives RoCEv2 on UDP port %d only; give the address without a port", o.Tap, o.Addr, wire.RoCEv2Port)
+	}
+	return nil
 }

@@ -79,6 +79,18 @@ func TestParseArgs(t *testing.T) {
 	require.Equal(t, netip.MustParseAddr("127.0.0.5"), o.Addr.Addr())
 	require.Equal(t, "host", o.Server)
 
+	// --tap NAME with --addr, the port 4791 or left out; --tap-mac.
+	o, err = ParseArgs(Test{Read, true}, []string{"--tap", "tap0", "--addr", "10.9.0.2", "10.9.0.1"})
+	require.NoError(t, err)
+	require.Equal(t, "tap0", o.Tap)
+	require.Equal(t, [6]byte{}, o.TapMAC)
+	require.Equal(t, netip.MustParseAddrPort("10.9.0.2:0"), o.Addr)
+	o, err = ParseArgs(Test{Write, false}, []string{"--addr=[fd00::2]:4791", "--tap-mac=02:AA:bb:cc:dd:ee", "--tap=tap1"})
+	require.NoError(t, err)
+	require.Equal(t, "tap1", o.Tap)
+	require.Equal(t, [6]byte{2, 0xaa, 0xbb, 0xcc, 0xdd, 0xee}, o.TapMAC)
+	require.Equal(t, netip.MustParseAddrPort("[fd00::2]:4791"), o.Addr)
+
 	o, err = ParseArgs(Test{Send, false}, []string{"-s", "100000"})
 	require.NoError(t, err)
 	require.True(t, o.NoPeak, "the send_bw server reports no peak")
@@ -115,6 +127,15 @@ func TestParseArgsErrors(t *testing.T) {
 		{Test{Write, false}, []string{"-s", "8", ""}, `the server name is ""`},
 		{Test{Write, false}, []string{"--addr", "nowhere"}, "IP or IP:PORT"},
 		{Test{Write, false}, []string{"--timeout", "soon"}, "duration"},
+		{Test{Write, false}, []string{"--tap", "tap0"}, "--tap tap0 needs --addr: the device's own IP address"},
+		{Test{Write, false}, []string{"--tap", "tap0", "10.0.0.1"}, "--tap tap0 needs --addr"},
+		{Test{Write, false}, []string{"--tap", "tap0", "--addr", "10.9.0.2:4800"}, "--tap tap0: --addr 10.9.0.2:4800: a TAP host receives RoCEv2 on UDP port 4791 only"},
+		{Test{Write, false}, []string{"--tap="}, "--tap: no interface name"},
+		{Test{Write, false}, []string{"--tap", "a-name-of-16-bytes", "--addr", "10.9.0.2"}, "at most 15 bytes"},
+		{Test{Write, false}, []string{"--tap"}, "option --tap needs a value"},
+		{Test{Write, false}, []string{"--tap-mac", "02:00:00:00:00:01", "--addr", "10.9.0.2"}, "--tap-mac is the MAC of a --tap device: give --tap too"},
+		{Test{Write, false}, []string{"--tap", "t", "--addr", "10.9.0.2", "--tap-mac", "02:00"}, `--tap-mac "02:00": want an Ethernet MAC address`},
+		{Test{Write, false}, []string{"--tap", "t", "--addr", "10.9.0.2", "--tap-mac", "ff:ff:ff:ff:ff:ff"}, "--tap-mac ff:ff:ff:ff:ff:ff: not a unicast MAC address"},
 	} {
 		_, err := ParseArgs(c.test, c.args)
 		require.ErrorContains(t, err, c.msg, "%v %v", c.test, c.args)

@@ -45,7 +45,8 @@ type Config struct {
 	Listening func(net.Addr)
 	// OpenLink, if set, opens the device's link instead of a UDP socket
 	// bound to local; it returns the link and the UDP port of the peer's
-	// device. Tests use it.
+	// device. "softhca perf --tap" opens a TAP link (link/tap) with it,
+	// tests an in-memory one.
 	OpenLink func(local netip.Addr) (link.Link, uint16, error)
 
 	// Progress, if set, is called by the loops that measure with where
@@ -305,7 +306,7 @@ func (s *session) openDevice() error {
 	if s.cfg.OpenLink != nil {
 		l, pp, err := s.cfg.OpenLink(addr)
 		if err != nil {
-			return err
+			return fmt.Errorf("cannot open the device's link on %s: %w", addr, err)
 		}
 		lk, s.peerPort = l, pp
 	} else {
@@ -330,7 +331,11 @@ func (s *session) openDevice() error {
 		name = "softhca0"
 	}
 	var pattr verbs.PortAttr
-	pattr.ActiveMTU = hca.ActiveMTUFor(local.Src)
+	if _, ok := lk.(link.Interface); !ok {
+		// A link that is a network interface of its own (link/tap)
+		// gives the device its MTU, as rxe's netdev does.
+		pattr.ActiveMTU = hca.ActiveMTUFor(local.Src)
+	}
 	s.dev, err = hca.Open(hca.Config{Name: name, Link: lk, PeerPort: s.peerPort, PortAttr: pattr,
 		Congestion: hca.Congestion{DeviceRate: s.cfg.DeviceRate}, BusyPoll: s.cfg.BusyPoll, Trace: s.cfg.Trace})
 	if err != nil {

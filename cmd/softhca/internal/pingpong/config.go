@@ -121,7 +121,9 @@ type Config struct {
 	// derives it from the MTU of the network interface that holds the
 	// device's address, as rxe derives it from its netdev's: interface
 	// MTU minus 80 bytes of headers, rounded down to an InfiniBand MTU
-	// (1500 gives 1024; loopback's 65536 gives 4096).
+	// (1500 gives 1024; loopback's 65536 gives 4096); on a link that is
+	// an interface of its own (a link.Interface: link/tap), from that
+	// link's MTU.
 	PortMTU verbs.MTU
 	// NoGSO opens the UDP link without the segmentation offloads (UDP GSO
 	// and GRO): one datagram per packet each way, so that a capture on
@@ -151,14 +153,16 @@ type Config struct {
 	// only on a device with one worker (hca.Config.Workers).
 	Device *hca.Device
 
+	// OpenLink, if set, opens the device's link on the address instead
+	// of a UDP socket (link/udp) bound to it: "softhca pingpong --tap"
+	// opens a TAP link (link/tap) with it, tests an in-memory one.
+	OpenLink func(addr netip.AddrPort) (link.Link, error)
+
 	// Test hooks.
 
 	// Listener, if set, is where the server accepts the connection,
 	// instead of listening on Port.
 	Listener net.Listener
-	// OpenLink, if set, opens the device's link instead of a UDP socket
-	// (link/udp) bound to the address.
-	OpenLink func(addr netip.AddrPort) (link.Link, error)
 }
 
 // NewConfig returns a configuration for mode with rdma-core's defaults.

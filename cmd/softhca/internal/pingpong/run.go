@@ -339,10 +339,15 @@ func (s *session) setup(addr netip.AddrPort) error {
 	}
 	l, err := s.openLink(addr)
 	if err != nil {
+		if c.OpenLink != nil {
+			return fail("Couldn't get context for "+DeviceName, fmt.Errorf("%s: %w", addr, err))
+		}
 		return fail("Couldn't get context for "+DeviceName, fmt.Errorf("UDP %s: %w", addr, err))
 	}
 	mtu := c.PortMTU
-	if mtu == 0 {
+	if _, ok := l.(link.Interface); mtu == 0 && !ok {
+		// A link that is a network interface of its own (link/tap)
+		// gives the device its MTU, as rxe's netdev does.
 		mtu = hca.ActiveMTUFor(addr.Addr())
 	}
 	dc := hca.Config{
