@@ -9,7 +9,7 @@
 //
 // Commands:
 //
-//	demo         run two devices over UDP loopback and show the verbs on the wire
+//	demo         run two devices over UDP loopback (or a TAP device: -tap) and show the verbs on the wire
 //	decode       print the RoCEv2 packets of pcap/pcapng files and check them
 //	conformance  run the verbs conformance suite and print a table
 //	pingpong     rdma-core's ibv_{rc,uc,ud,srq}_pingpong, either side, on a softhca device
@@ -367,7 +367,7 @@ type command struct {
 
 // commands lists the subcommands in the order usage shows them.
 var commands = []command{
-	{"demo", "run two devices over UDP loopback and show the verbs on the wire", runDemo},
+	{"demo", "run two devices over UDP loopback (or a TAP device: -tap) and show the verbs on the wire", runDemo},
 	{"decode", "print the RoCEv2 packets of pcap/pcapng files and check their ICRC", runDecode},
 	{"conformance", "run the verbs conformance suite against softhca or a libibverbs device and print a table", runConformance},
 	{"pingpong", "rdma-core's ibv_{rc,uc,ud,srq}_pingpong, either side, on a softhca device", runPingpong},
