@@ -437,28 +437,11 @@ func (l *Link) isOurs(a netip.Addr) bool {
 // loopBack queues a packet for the host's own address to Recv, with the
 // IP and UDP fields it would have arrived with.
 func (l *Link) loopBack(p *link.Packet) {
-	n := p.Net
-	n.Dst = n.Dst.Unmap().WithZone("")
-	n.Src = n.Src.Unmap().WithZone("")
-	if !n.Src.IsValid() || n.Src.IsUnspecified() {
-		n.Src = l.host.source(n.Dst)
-	}
-	if n.SrcPort == 0 {
-		n.SrcPort = wire.RoCEv2Port
-	}
-	if n.DstPort == 0 {
-		n.DstPort = wire.RoCEv2Port
-	}
-	if n.HopLimit == 0 {
-		n.HopLimit = defaultHopLimit
-	}
-	n.ID, n.DontFragment = 0, true
+	n, r := l.host.outNet(p)
 	// What the host's Send and Receive would refuse is refused here;
 	// the ICRC is checked, as every packet Recv returns has been.
 	switch {
-	case n.Src.Is4() != n.Dst.Is4() || !l.isOurs(n.Src),
-		n.DstPort != wire.RoCEv2Port || len(p.Buf) > link.MaxPacketSize || len(p.Buf) < wire.BTHSize+wire.ICRCSize,
-		n.IPHeaderSize()+wire.UDPHeaderSize+len(p.Buf) > l.mtu,
+	case r != TxLoopback, n.DstPort != wire.RoCEv2Port, len(p.Buf) < wire.BTHSize+wire.ICRCSize,
 		!wire.CheckICRC(&n, p.Buf):
 		l.loop.reject()
 	default:

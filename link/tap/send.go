@@ -32,41 +32,11 @@ func (h *Host) Send(now time.Time, pkts []link.Packet) {
 }
 
 func (h *Host) send(now time.Time, p *link.Packet) TxDropReason {
-	n := p.Net
-	n.Dst = n.Dst.Unmap().WithZone("")
-	n.Src = n.Src.Unmap().WithZone("")
-	if !n.Dst.IsValid() || n.Dst.IsUnspecified() {
-		return TxBadAddress
+	n, r := h.outNet(p)
+	if r != TxDropNone {
+		return r
 	}
-	if !n.Src.IsValid() || n.Src.IsUnspecified() {
-		n.Src = h.source(n.Dst)
-		if !n.Src.IsValid() {
-			return TxBadSource
-		}
-	}
-	if n.Src.Is4() != n.Dst.Is4() {
-		return TxBadAddress
-	}
-	if !h.isOurs(n.Src) {
-		return TxBadSource
-	}
-	if h.isOurs(n.Dst) {
-		return TxLoopback
-	}
-	if n.SrcPort == 0 {
-		n.SrcPort = wire.RoCEv2Port
-	}
-	if n.DstPort == 0 {
-		n.DstPort = wire.RoCEv2Port
-	}
-	if n.HopLimit == 0 {
-		n.HopLimit = defaultHopLimit
-	}
-	n.ID, n.DontFragment = 0, true
 	ipLen := n.IPHeaderSize() + wire.UDPHeaderSize + len(p.Buf)
-	if ipLen > h.cfg.MTU || len(p.Buf) > link.MaxPacketSize {
-		return TxTooBig
-	}
 	frameLen := ethHdrLen + ipLen
 
 	var mac [6]byte
@@ -100,6 +70,48 @@ func (h *Host) send(now time.Time, p *link.Packet) TxDropReason {
 	h.stats.TxPackets++
 	h.stats.TxBytes += uint64(len(p.Buf))
 	return TxDropNone
+}
+
+// outNet returns the IP and UDP fields a packet given to Send goes out
+// with (Send's defaults filled in, ID 0 and DF set), or why it cannot go:
+// TxLoopback, last, when it is fit to go but for one of the host's own
+// addresses (Link loops those back).
+func (h *Host) outNet(p *link.Packet) (wire.Net, TxDropReason) {
+	n := p.Net
+	n.Dst = n.Dst.Unmap().WithZone("")
+	n.Src = n.Src.Unmap().WithZone("")
+	if !n.Dst.IsValid() || n.Dst.IsUnspecified() {
+		return n, TxBadAddress
+	}
+	if !n.Src.IsValid() || n.Src.IsUnspecified() {
+		n.Src = h.source(n.Dst)
+		if !n.Src.IsValid() {
+			return n, TxBadSource
+		}
+	}
+	if n.Src.Is4() != n.Dst.Is4() {
+		return n, TxBadAddress
+	}
+	if !h.isOurs(n.Src) {
+		return n, TxBadSource
+	}
+	if n.SrcPort == 0 {
+		n.SrcPort = wire.RoCEv2Port
+	}
+	if n.DstPort == 0 {
+		n.DstPort = wire.RoCEv2Port
+	}
+	if n.HopLimit == 0 {
+		n.HopLimit = defaultHopLimit
+	}
+	n.ID, n.DontFragment = 0, true
+	if n.IPHeaderSize()+wire.UDPHeaderSize+len(p.Buf) > h.cfg.MTU || len(p.Buf) > link.MaxPacketSize {
+		return n, TxTooBig
+	}
+	if h.isOurs(n.Dst) {
+		return n, TxLoopback
+	}
+	return n, TxDropNone
 }
 
 // source returns the host's address that packets to dst leave from when
