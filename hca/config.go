@@ -270,14 +270,14 @@ func (c Config) fill() Config {
 func NodeGUIDFor(addr netip.Addr) uint64 { return guidFor([]netip.Addr{addr}) }
 
 // guidFor derives a node GUID as rxe does from its netdev's MAC (the
-// modified EUI-64, universal/local bit flipped), here from a locally
-// administered MAC made of 02:00 and the first address's last four bytes.
+// modified EUI-64, universal/local bit flipped), here from the MAC
+// wire.MACFromAddr makes of the first address (02:00 and its last four
+// bytes; 02:00:00:00:00:00 without one).
 func guidFor(addrs []netip.Addr) uint64 {
 	var mac [6]byte
 	mac[0] = 0x02
 	if len(addrs) > 0 {
-		b := addrs[0].As16()
-		copy(mac[2:], b[12:])
+		mac = wire.MACFromAddr(addrs[0])
 	}
 	return wire.GUIDFromMAC(mac)
 }

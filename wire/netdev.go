@@ -48,3 +48,13 @@ func LinkLocalFromGUID(guid uint64) netip.Addr {
 	binary.BigEndian.PutUint64(a[8:], guid)
 	return netip.AddrFrom16(a)
 }
+
+// MACFromAddr is the locally administered MAC softhca gives a host that
+// has no MAC of its own: 02:00 and the last four bytes of its address
+// (an IPv4 address whole). hca derives a device's default node GUID from
+// it (GUIDFromMAC), and link/tap uses it as a TAP host's default MAC, so
+// that the two agree.
+func MACFromAddr(addr netip.Addr) [6]byte {
+	b := addr.As16()
+	return [6]byte{0x02, 0x00, b[12], b[13], b[14], b[15]}
+}

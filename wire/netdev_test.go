@@ -29,3 +29,8 @@ func TestGUIDFromMAC(t *testing.T) {
 	// The universal/local bit is flipped both ways.
 	require.Equal(t, uint64(0x0200_00ff_fe00_0001), wire.GUIDFromMAC([6]byte{0, 0, 0, 0, 0, 1}))
 }
+
+func TestMACFromAddr(t *testing.T) {
+	require.Equal(t, [6]byte{0x02, 0, 10, 77, 101, 10}, wire.MACFromAddr(netip.MustParseAddr("10.77.101.10")))
+	require.Equal(t, [6]byte{0x02, 0, 0xbe, 0xef, 0, 0x10}, wire.MACFromAddr(netip.MustParseAddr("fd77::beef:10")))
+}

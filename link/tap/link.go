@@ -66,11 +66,10 @@ const DefaultLoopbackQueue = 256
 // write(2) each, from the Host's buffer. Reading happens outside it,
 // into a frame buffer of the Link's that only the one reader uses.
 type Link struct {
-	file    *os.File
-	rc      syscall.RawConn
-	name    string
-	created bool
-	clk     clock.Clock
+	file *os.File
+	rc   syscall.RawConn
+	name string
+	clk  clock.Clock
 
 	mu        sync.Mutex // guards host, the timer, the announcements, txWriteErr
 	host      *Host
@@ -189,7 +188,7 @@ func Open(cfg LinkConfig) (*Link, error) {
 		ifce.Close()
 		return nil, fmt.Errorf("link/tap: water returned a %T, not a file", ifce.ReadWriteCloser)
 	}
-	l := &Link{file: f, name: ifce.Name(), created: !existing, clk: cfg.Clock}
+	l := &Link{file: f, name: ifce.Name(), clk: cfg.Clock}
 	if l.rc, err = f.SyscallConn(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("link/tap: %w", err)
@@ -311,12 +310,10 @@ func (l *Link) configure(cfg *LinkConfig, existing bool) error {
 }
 
 // DefaultMAC is the MAC of a host whose LinkConfig.Host.MAC is zero and
-// whose first address is addr: 02:00 and addr's last four bytes, locally
-// administered, as hca's default node GUID supposes.
-func DefaultMAC(addr netip.Addr) [6]byte {
-	b := addr.As16()
-	return [6]byte{0x02, 0x00, b[12], b[13], b[14], b[15]}
-}
+// whose first address is addr: wire.MACFromAddr (02:00 and addr's last
+// four bytes, locally administered), which hca's default node GUID
+// supposes.
+func DefaultMAC(addr netip.Addr) [6]byte { return wire.MACFromAddr(addr) }
 
 // Name returns the TAP interface's name.
 func (l *Link) Name() string { return l.name }
