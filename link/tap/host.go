@@ -18,6 +18,18 @@ type Emitter interface {
 	Emit(frame []byte)
 }
 
+// Looper is an Emitter that also takes the packets Send is given for the
+// host's own addresses, which no frame on the link would bring back
+// (Link loops them back to its reader, as rxe does). Without it Send
+// drops them (TxLoopback).
+type Looper interface {
+	Emitter
+	// Loop takes one such packet: n is the IP and UDP fields it goes
+	// with (Send's defaults filled in), ib the InfiniBand packet, the
+	// caller's, valid only until Loop returns.
+	Loop(n wire.Net, ib []byte)
+}
+
 // Config describes a host. The zero value of each field but MAC means its
 // default.
 type Config struct {
@@ -76,9 +88,10 @@ const (
 // comment. A Host is not safe for concurrent use; its owner serialises the
 // calls, and Emit is called from within them.
 type Host struct {
-	cfg Config
-	out Emitter
-	mac [6]byte
+	cfg  Config
+	out  Emitter
+	loop Looper // out, if it is a Looper
+	mac  [6]byte
 
 	// The host's addresses: as netip for Send's checks, and as arrays
 	// for Receive's, with the IPv6 solicited-node groups.
@@ -141,6 +154,7 @@ func New(cfg Config, out Emitter) (*Host, error) {
 	}
 
 	h := &Host{out: out, mac: cfg.MAC}
+	h.loop, _ = out.(Looper)
 	h.linkLocal = wire.LinkLocalFromGUID(wire.GUIDFromMAC(cfg.MAC))
 	addrs := make([]netip.Addr, 0, len(cfg.Addrs)+1)
 	addrs = append(addrs, cfg.Addrs...)

@@ -1,6 +1,7 @@
 package tap_test
 
 import (
+	"bytes"
 	"net/netip"
 	"testing"
 	"time"
@@ -908,4 +909,37 @@ func TestResolutionQueueDefault(t *testing.T) {
 	require.Equal(t, tap.Learned, o)
 	require.Len(t, out.take(), 128)
 	require.Equal(t, uint64(128), h.Stats().TxPackets)
+}
+
+// looper is a recorder that also takes the packets for the host's own
+// addresses.
+type looper struct {
+	recorder
+	nets []wire.Net
+	ibs  [][]byte
+}
+
+func (l *looper) Loop(n wire.Net, ib []byte) {
+	l.nets, l.ibs = append(l.nets, n), append(l.ibs, bytes.Clone(ib))
+}
+
+// TestSendLoopsToALooper: a packet for one of the host's own addresses
+// goes to a Looper emitter with Send's defaults filled in, no frame is
+// emitted and nothing is dropped; one too large for the MTU is still
+// dropped as such.
+func TestSendLoopsToALooper(t *testing.T) {
+	out := &looper{}
+	h, err := tap.New(tap.Config{MAC: hostMAC, Addrs: []netip.Addr{host4, host6}}, out)
+	require.NoError(t, err)
+	n := wire.Net{Dst: host6, TrafficClass: 2}
+	want := wire.Net{Src: host6, Dst: host6, SrcPort: wire.RoCEv2Port, DstPort: wire.RoCEv2Port, TrafficClass: 2, HopLimit: 64, DontFragment: true}
+	ib := ibPacket(&want, 3, 40)
+	big := ibPacket(&want, 4, 1500)
+	h.Send(t0, []link.Packet{{Buf: ib, Net: n}, {Buf: big, Net: n}})
+	require.Empty(t, out.take(), "no frame")
+	require.Equal(t, []wire.Net{want}, out.nets)
+	require.Equal(t, [][]byte{ib}, out.ibs)
+	s := h.Stats()
+	require.Zero(t, s.TxDropped[tap.TxLoopback])
+	require.Equal(t, uint64(1), s.TxDropped[tap.TxTooBig])
 }

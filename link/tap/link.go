@@ -250,8 +250,10 @@ func openError(name string, existing bool, err error) error {
 	return fmt.Errorf("link/tap: %s: %w", what, err)
 }
 
-// configure sets the interface's MTU and addresses and brings it up.
-func (l *Link) configure(cfg *LinkConfig, existing bool) error {
+// configure sets the interface's MTU and addresses and brings it up. If
+// it fails, an existing interface gets its MTU back (one the link
+// created goes away with the file).
+func (l *Link) configure(cfg *LinkConfig, existing bool) (err error) {
 	c, err := openIfconfig(l.name, unix.AF_INET)
 	if err != nil {
 		return fmt.Errorf("link/tap: %w", err)
@@ -261,6 +263,11 @@ func (l *Link) configure(cfg *LinkConfig, existing bool) error {
 	if err != nil {
 		return fmt.Errorf("link/tap: %s: %w", l.name, err)
 	}
+	defer func() {
+		if err != nil && existing {
+			_ = c.setMTU(cur)
+		}
+	}()
 	if cfg.Host.MTU == 0 {
 		cfg.Host.MTU = DefaultMTU
 		if existing {
@@ -279,7 +286,9 @@ func (l *Link) configure(cfg *LinkConfig, existing bool) error {
 		if !p.Addr().Unmap().Is4() {
 			continue
 		}
-		p = netip.PrefixFrom(p.Addr().Unmap(), min(p.Bits(), 32))
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
+		}
 		if err := c.addIPv4(p); err != nil {
 			return fmt.Errorf("link/tap: %s: %w", l.name, err)
 		}
@@ -366,7 +375,7 @@ func (l *Link) Stats() link.Stats {
 		s.Drops["rx frame: "+r.String()] = hs.RxDropped[r]
 	}
 	for r := TxDropReason(1); r < numTxDropReasons; r++ {
-		if r != TxLoopback { // looped back by the link, never dropped
+		if r != TxLoopback { // the link is a Looper: never counted
 			s.Drops["tx: "+r.String()] = hs.TxDropped[r]
 		}
 	}
@@ -407,42 +416,25 @@ func (l *Link) Send(pkts []link.Packet) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clk.Now()
-	start := 0
-	for i := range pkts {
-		if !l.isOurs(pkts[i].Net.Dst) {
-			continue
-		}
-		l.host.Send(now, pkts[start:i])
-		l.loopBack(&pkts[i])
-		start = i + 1
-	}
-	l.host.Send(now, pkts[start:])
+	l.host.Send(now, pkts)
 	l.rearm(now)
 	return nil
 }
 
-func (l *Link) isOurs(a netip.Addr) bool {
-	a = a.Unmap().WithZone("")
-	for _, o := range l.addrs {
-		if o == a {
-			return true
-		}
-	}
-	return false
-}
-
-// loopBack queues a packet for the host's own address to Recv, with the
-// IP and UDP fields it would have arrived with.
-func (l *Link) loopBack(p *link.Packet) {
-	n, r := l.host.outNet(p)
-	// What the host's Send and Receive would refuse is refused here;
-	// the ICRC is checked, as every packet Recv returns has been.
+// Loop queues a packet Send was given for one of the host's own
+// addresses (Looper), with the IP and UDP fields it would have arrived
+// with, for Recv. The host has checked the addresses, the size and
+// filled the defaults; what its Receive would refuse on top (another
+// port, a bad ICRC: every packet Recv returns has had its ICRC checked)
+// is refused here. Preconditions: l.mu is held (the Host calls it from
+// within Send).
+func (e emitter) Loop(n wire.Net, ib []byte) {
+	l := e.l
 	switch {
-	case r != TxLoopback, n.DstPort != wire.RoCEv2Port, len(p.Buf) < wire.BTHSize+wire.ICRCSize,
-		!wire.CheckICRC(&n, p.Buf):
+	case n.DstPort != wire.RoCEv2Port, len(ib) < wire.BTHSize+wire.ICRCSize, !wire.CheckICRC(&n, ib):
 		l.loop.reject()
 	default:
-		if l.loop.push(n, p.Buf) {
+		if l.loop.push(n, ib) {
 			l.wake()
 		}
 	}
@@ -542,12 +534,6 @@ func (l *Link) fail(err error) error {
 	e := fmt.Errorf("link/tap: %s is gone (%w; was the interface deleted?): %w", l.name, err, net.ErrClosed)
 	l.gone.CompareAndSwap(nil, &e)
 	return *l.gone.Load()
-}
-
-// broken reports whether err, from reading the device, means it is gone:
-// anything but a closed link and the transient errors.
-func broken(err error) bool {
-	return !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) && !errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // writeFrame writes l.tx.frame: the RawConn.Write callback. A full device
@@ -697,10 +683,8 @@ func (l *Link) WaitReadable(ready func() bool) error {
 			_ = l.file.SetReadDeadline(time.Time{})
 		case l.closed.Load() || errors.Is(err, os.ErrClosed):
 			return net.ErrClosed
-		case broken(err):
-			return l.fail(err)
 		default:
-			return fmt.Errorf("link/tap: %w", err)
+			return l.fail(err)
 		}
 	}
 }

@@ -323,3 +323,14 @@ func TestLinkInterfaceDeleted(t *testing.T) {
 	require.ErrorIs(t, l.Send([]link.Packet{{Buf: ibPacket(&n, 0, 10), Net: n}}), net.ErrClosed)
 	require.NoError(t, l.Close())
 }
+
+// TestLinkKernelAddrIPv4Mapped: an IPv4-mapped kernel address keeps its
+// prefix (::ffff:10.0.0.9/120 is 10.0.0.9/24), not a /32.
+func TestLinkKernelAddrIPv4Mapped(t *testing.T) {
+	p := tapPath(t)
+	openIn(t, p, tap.LinkConfig{Name: "shltkm", Host: tap.Config{Addrs: []netip.Addr{host4}},
+		KernelAddrs: []netip.Prefix{netip.MustParsePrefix("::ffff:10.0.0.9/120")}})
+	out, err := p.Exec(0, "ip", "addr", "show", "shltkm")
+	require.NoError(t, err)
+	require.Contains(t, out, "10.0.0.9/24")
+}

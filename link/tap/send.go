@@ -33,6 +33,10 @@ func (h *Host) Send(now time.Time, pkts []link.Packet) {
 
 func (h *Host) send(now time.Time, p *link.Packet) TxDropReason {
 	n, r := h.outNet(p)
+	if r == TxLoopback && h.loop != nil {
+		h.loop.Loop(n, p.Buf)
+		return TxDropNone
+	}
 	if r != TxDropNone {
 		return r
 	}
@@ -75,7 +79,7 @@ func (h *Host) send(now time.Time, p *link.Packet) TxDropReason {
 // outNet returns the IP and UDP fields a packet given to Send goes out
 // with (Send's defaults filled in, ID 0 and DF set), or why it cannot go:
 // TxLoopback, last, when it is fit to go but for one of the host's own
-// addresses (Link loops those back).
+// addresses (a Looper takes those).
 func (h *Host) outNet(p *link.Packet) (wire.Net, TxDropReason) {
 	n := p.Net
 	n.Dst = n.Dst.Unmap().WithZone("")

@@ -185,9 +185,9 @@ const (
 	// was left zero and the host has no address of the destination's
 	// family.
 	TxBadSource
-	// TxLoopback: the destination is one of the host's own addresses. A
-	// frame to itself would never come back from the network; the device
-	// loops such packets back itself.
+	// TxLoopback: the destination is one of the host's own addresses and
+	// the Emitter is no Looper. A frame to itself would never come back
+	// from the network; a Looper (Link) takes such packets instead.
 	TxLoopback
 	// TxTooBig: the IP packet would exceed the MTU.
 	TxTooBig
