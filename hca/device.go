@@ -50,6 +50,7 @@ type Device struct {
 // Open opens a device with the given configuration (ibv_open_device).
 func Open(cfg Config) (*Device, error) {
 	var local wire.Net
+	ifc, isIfc := cfg.Link.(link.Interface)
 	if cfg.Link != nil {
 		var err error
 		if local, err = cfg.Link.LocalAddr(); err != nil {
@@ -60,18 +61,19 @@ func Open(cfg Config) (*Device, error) {
 			// the link must be bound to one address.
 			return nil, verbs.Errorf("open_device", syscall.EINVAL, "the link is bound to no specific address (%v); bind the address the device's GID should carry", local.Src)
 		}
-		if _, ok := cfg.Link.(link.Interface); !ok && len(cfg.Addrs) == 0 {
-			cfg.Addrs = []netip.Addr{local.Src}
-		}
 	}
 	var srcs []netip.Addr
-	if ifc, ok := cfg.Link.(link.Interface); ok {
+	switch {
+	case isIfc:
 		var err error
 		if cfg, err = interfaceConfig(cfg, ifc); err != nil {
 			return nil, err
 		}
 		srcs = ifc.Addrs()
-	} else if cfg.Link != nil {
+	case cfg.Link != nil:
+		if len(cfg.Addrs) == 0 {
+			cfg.Addrs = []netip.Addr{local.Src}
+		}
 		srcs = []netip.Addr{local.Src}
 	}
 	if cfg.BusyPoll && cfg.Link != nil {
@@ -150,7 +152,7 @@ func (d *Device) resolve(av *verbs.AHAttr) (wire.Net, error) {
 		return wire.Net{}, fmt.Errorf("sgid_index %d (%s) and dgid %s are of different address families", i, src, dst)
 	}
 	if d.eng != nil && !slices.Contains(d.srcs, src) {
-		return wire.Net{}, fmt.Errorf("sgid_index %d names %s, but the device's link sends from %s", i, src, d.local.Src)
+		return wire.Net{}, fmt.Errorf("sgid_index %d names %s, but the device's link sends only from %v", i, src, d.srcs)
 	}
 	port := d.cfg.PeerPort
 	if port == 0 {

@@ -3,6 +3,7 @@ package hca
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"syscall"
 
 	"github.com/softhca/softhca/link"
@@ -80,11 +81,7 @@ func interfaceConfig(cfg Config, ifc link.Interface) (Config, error) {
 		}
 	}
 	for _, a := range cfg.Addrs {
-		found := false
-		for _, b := range addrs {
-			found = found || a.Unmap() == b
-		}
-		if !found {
+		if !slices.Contains(addrs, a.Unmap()) {
 			return cfg, verbs.Errorf("open_device", syscall.EINVAL, "address %s is not one of the link's (%v)", a, addrs)
 		}
 	}
