@@ -11,7 +11,7 @@
 // rxe's counters (counters.go) and the host side of the immediate-data
 // test (imm.go). Most cases run softhca on a UDP socket on the bridge's
 // address; the tap group runs it as a host of its own on a TAP on the
-// bridge (Net.HostTap, through cmd/softhca/internal/interoptap).
+// bridge (Net.HostTap, softhca pingpong and perf with --tap).
 // The matrix itself is in the test files, behind the build tag interop:
 //
 //	go test -tags interop ./interop/...      # needs root, qemu, /dev/net/tun

@@ -36,11 +36,6 @@ type env struct {
 	libErr  error
 	cmds    string // softhca's command list (softhca help)
 	tapQLen int    // the tap's txqueuelen, as read back once qemu attached
-	// interoptap runs softhca's pingpong and perf on the host TAP
-	// (cmd/softhca/internal/interoptap), built into dir; tapErr is why it
-	// could not be built.
-	interoptap string
-	tapErr     error
 
 	mu        sync.Mutex
 	results   []caseResult
@@ -147,13 +142,9 @@ func newEnv() (*env, error) {
 		return nil, fmt.Errorf("building softhca: %w\n%s", err, out)
 	}
 	e.libErr = buildLibibverbs(ctx, e.dir)
-	e.interoptap = filepath.Join(e.dir, "interoptap")
-	if out, err := goCmd(ctx, "build", "-o", e.interoptap, "github.com/softhca/softhca/cmd/softhca/internal/interoptap").CombinedOutput(); err != nil {
-		e.tapErr = fmt.Errorf("building interoptap: %w\n%s", err, out)
-	}
 	help, _ := exec.CommandContext(ctx, e.softhca, "help").CombinedOutput()
 	e.cmds = string(help)
-	logf("built the guest agent, softhca and interoptap in %v", time.Since(t0).Round(time.Millisecond))
+	logf("built the guest agent and softhca in %v", time.Since(t0).Round(time.Millisecond))
 
 	e.net = Slot(0)
 	if v := os.Getenv("SOFTHCA_INTEROP_SLOT"); v != "" {
@@ -308,12 +299,11 @@ type hostProc struct {
 	err  error
 }
 
-// startHost starts the program prog (the softhca binary, or another of
-// the harness's) with args; it is killed (its whole process group) after
-// timeout.
-func (e *env) startHost(prog string, timeout time.Duration, env []string, args ...string) (*hostProc, error) {
-	p := &hostProc{argv: append([]string{filepath.Base(prog)}, args...), done: make(chan struct{})}
-	p.cmd = exec.Command(prog, args...)
+// startHost starts the softhca binary with args; it is killed (its whole
+// process group) after timeout.
+func (e *env) startHost(timeout time.Duration, env []string, args ...string) (*hostProc, error) {
+	p := &hostProc{argv: append([]string{"softhca"}, args...), done: make(chan struct{})}
+	p.cmd = exec.Command(e.softhca, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	w := &syncWriter{b: &p.out}
 	p.cmd.Stdout = w
@@ -456,7 +446,7 @@ func TestMain(m *testing.M) {
 		theEnv.close()
 		// The binaries are rebuilt every run; the logs, captures and
 		// report stay.
-		for _, f := range []string{theEnv.softhca, theEnv.interoptap, filepath.Join(theEnv.dir, "shca-agent"), filepath.Join(theEnv.dir, "vm", "share", "shca-agent")} {
+		for _, f := range []string{theEnv.softhca, filepath.Join(theEnv.dir, "shca-agent"), filepath.Join(theEnv.dir, "vm", "share", "shca-agent")} {
 			os.Remove(f)
 		}
 		fmt.Fprintf(os.Stderr, "interop: logs, captures of failed cases and report.txt in %s\n", theEnv.dir)

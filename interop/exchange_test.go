@@ -23,28 +23,20 @@ import (
 )
 
 // endpoint is one side of an exchange: a command in the guest (argv), the
-// softhca binary on the host (argv after "softhca"), another program of
-// the harness's on the host (prog), or softhca in this process (inproc,
-// described by argv).
+// softhca binary on the host (argv after "softhca"), or softhca in this
+// process (inproc, described by argv).
 type endpoint struct {
 	guest bool
 	argv  []string
-	// prog is the host program when it is not the softhca binary: its
-	// path (interoptap, softhca on the host TAP).
-	prog string
 	// env is added to a host process's environment (SOFTHCA_RATE).
 	env    []string
 	inproc func(ctx context.Context, out io.Writer, statsFile string) error
 }
 
 func (p endpoint) String() string {
-	prog := "softhca "
-	if p.prog != "" {
-		prog = filepath.Base(p.prog) + " "
-	}
-	where := "host: " + prog
+	where := "host: softhca "
 	if len(p.env) > 0 {
-		where = "host: " + strings.Join(p.env, " ") + " " + prog
+		where = "host: " + strings.Join(p.env, " ") + " softhca "
 	}
 	switch {
 	case p.guest:
@@ -449,11 +441,7 @@ func (e *env) start(ctx context.Context, ep endpoint, timeout time.Duration, sta
 		}()
 		p.inproc = r
 	default:
-		prog := ep.prog
-		if prog == "" {
-			prog = e.softhca
-		}
-		p.host, err = e.startHost(prog, timeout, append([]string{"SOFTHCA_STATS=" + statsFile}, ep.env...), ep.argv...)
+		p.host, err = e.startHost(timeout, append([]string{"SOFTHCA_STATS=" + statsFile}, ep.env...), ep.argv...)
 	}
 	return p, err
 }
