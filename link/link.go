@@ -86,6 +86,38 @@ type Poller interface {
 	WaitReadable(ready func() bool) error
 }
 
+// BulkBufSize is the size of a buffer that holds any one UDP datagram,
+// a coalesced one (GRO) included: a BulkReceiver's buffers.
+const BulkBufSize = 65536
+
+// MaxBulkSegments is the most packets one coalesced datagram carries (the
+// kernel's UDP_GRO_CNT_MAX).
+const MaxBulkSegments = 64
+
+// BulkReceiver is a Poller that can read datagrams that each carry
+// several packets (link/udp with GRO: the kernel coalesces a flow's
+// datagrams) into buffers the caller gives it, and hand the packets out as
+// views of those buffers instead of copying each into a buffer of its
+// own. The caller owns the buffers and the views; it decides when a
+// buffer is free again.
+type BulkReceiver interface {
+	Poller
+	// Coalesces reports whether received datagrams may carry several
+	// packets. When it is false, TryRecv into packet-sized buffers
+	// costs no copy and TryRecvBulk has nothing to offer.
+	Coalesces() bool
+	// TryRecvBulk is TryRecv into bufs, each BulkBufSize bytes long: it
+	// reads up to len(bufs) datagrams without waiting, each into the
+	// next buffer, and stores the packets they carry in pkts, in order,
+	// with in[i] the index of the buffer that pkts[i].Buf is a slice of.
+	// It reads no more datagrams than pkts has room for at
+	// MaxBulkSegments packets each (len(in) >= len(pkts)). It returns
+	// how many buffers it wrote (a buffer whose datagram was dropped
+	// counts) and how many packets it stored, and fewer than len(bufs)
+	// buffers only when it found nothing more queued or pkts was full.
+	TryRecvBulk(bufs [][]byte, pkts []Packet, in []int) (nbufs, npkts int, err error)
+}
+
 // Interface is a Link that is a host of its own on a network interface
 // (link/tap): it has a MAC address, an MTU and several IP addresses, and
 // sends from any of them. A device on an Interface takes its GID table,

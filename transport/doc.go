@@ -65,8 +65,15 @@
 //
 // # Bounds and fences
 //
+// On a link that coalesces datagrams (link.BulkReceiver: UDP with GRO),
+// each datagram is read into a 64 KiB chunk and its packets are handed to
+// the workers as views of the chunk, without a copy; the chunk returns to
+// the engine's pool when the last of its packets is released. Small
+// packets, and every packet when no chunk is free, are copied out as on
+// other links.
+//
 // Everything is bounded: each worker's queue of received packets
-// (Config.QueueLen), the receive buffers (Config.Buffers), the requests a
+// (Config.QueueLen), the receive buffers (Config.Buffers) and chunks, the requests a
 // QP keeps waiting behind a READ it answers (128). A packet that does not
 // fit is dropped and counted by name (DropReason); so is every packet the
 // transport does not execute.

@@ -93,6 +93,10 @@ type Engine struct {
 	// poller is the link when it can be read without waiting (busy
 	// polling, Progress); nil otherwise.
 	poller link.Poller
+	// bulk is the link when it coalesces datagrams (UDP GRO): it is read
+	// into chunks, and the packets in them are handed to the workers as
+	// views, not copied (see readBulkLocked); nil otherwise.
+	bulk link.BulkReceiver
 	// checked is set when the link checks every packet's ICRC over the
 	// headers it arrived with (a link.Interface): dispatch then takes the
 	// IP fields as they came and checks only the InfiniBand headers,
@@ -114,10 +118,21 @@ type Engine struct {
 	closed    atomic.Bool
 }
 
-// rxBuf is a received packet: its buffer and its parsed views.
+// rxBuf is a received packet: its buffer and its parsed views. The
+// packet's bytes are in b, or, when chunk is set, in the chunk.
 type rxBuf struct {
-	b [link.MaxPacketSize]byte
-	p wire.Packet
+	b     [link.MaxPacketSize]byte
+	p     wire.Packet
+	chunk *rxChunk
+}
+
+// rxChunk is a buffer a coalesced datagram is read into (Engine.bulk); the
+// rxBufs of its packets point into it, each holding a reference.
+type rxChunk struct {
+	b [link.BulkBufSize]byte
+	// refs counts the rxBufs that point into b; the chunk returns to the
+	// pool when the last of them does.
+	refs atomic.Int32
 }
 
 // A transmit batch is flushed when it holds txBatch packets or
@@ -137,6 +152,16 @@ const (
 	holdLen = 128
 	// rxBatchLen is how many packets one read of the link takes.
 	rxBatchLen = 32
+	// rxBulkLen is how many datagrams one read of a BulkReceiver takes,
+	// and bulkChunks how many more chunks the engine has for the
+	// packets that wait in the workers' queues.
+	rxBulkLen  = 16
+	bulkChunks = 64
+	// bulkCopyMax: the packets of a datagram whose first packet (its
+	// segment size) has at most this many bytes are copied out of the
+	// chunk (ACKs, small SENDs): a copy that small costs less than a
+	// chunk's bookkeeping, and the chunk does not wait with them.
+	bulkCopyMax = 1024
 )
 
 // NewEngine starts the engine's workers and receive goroutine.
@@ -155,6 +180,9 @@ func NewEngine(cfg Config) *Engine {
 	}
 	e := &Engine{cfg: cfg, done: make(chan struct{}), cc: newCongestion(cfg.CC, cfg.Workers)}
 	e.poller, _ = cfg.Link.(link.Poller)
+	if b, ok := cfg.Link.(link.BulkReceiver); ok && b.Coalesces() {
+		e.bulk = b
+	}
 	_, e.checked = cfg.Link.(link.Interface)
 	e.readyFn = e.ready
 	e.pool.init(cfg.Buffers)
@@ -171,6 +199,21 @@ func NewEngine(cfg Config) *Engine {
 	}
 	for i := range e.rx.bufs {
 		e.rx.bufs[i] = new(rxBuf) // the batch's own buffers, outside the pool
+	}
+	if e.bulk != nil {
+		e.pool.initChunks(bulkChunks)
+		b := &e.rx
+		b.chunks = make([]*rxChunk, rxBulkLen)
+		b.chunkBufs = make([][]byte, rxBulkLen)
+		for i := range b.chunks {
+			b.chunks[i] = new(rxChunk) // the batch's own, outside the pool
+			b.chunkBufs[i] = b.chunks[i].b[:]
+		}
+		b.bpkts = make([]link.Packet, rxBulkLen*link.MaxBulkSegments)
+		b.in = make([]int, len(b.bpkts))
+		for i := range b.perWorker {
+			b.perWorker[i] = make([]pktEvent, 0, len(b.bpkts))
+		}
 	}
 	e.wg.Add(1)
 	go e.receive()
@@ -251,7 +294,7 @@ func (e *Engine) receive() {
 			// A link that cannot be polled is read only here, so the
 			// lock is never contended while Recv waits.
 			e.rxMu.Lock()
-			_, err = e.readLocked(false, turnWake)
+			_, _, err = e.readLocked(false, turnWake)
 			e.rxMu.Unlock()
 		}
 		if err != nil && (errors.Is(err, net.ErrClosed) || e.closed.Load()) {
@@ -267,12 +310,12 @@ func (e *Engine) ready() bool {
 	e.rxMu.Lock()
 	defer e.rxMu.Unlock()
 	for {
-		n, err := e.readLocked(true, turnWake)
+		_, full, err := e.readLocked(true, turnWake)
 		if err != nil {
 			e.rxErr = err
 			return true
 		}
-		if n < len(e.rx.pkts) {
+		if !full {
 			return false // drained: the next datagram calls again
 		}
 	}
@@ -290,16 +333,26 @@ type rxBatch struct {
 	// stash holds free buffers taken from the pool for the next
 	// hand-offs.
 	stash []*rxBuf
+	// A BulkReceiver's read: its chunks (chunkBufs their bytes), the
+	// packets in them, and which chunk each packet is in.
+	chunks    []*rxChunk
+	chunkBufs [][]byte
+	bpkts     []link.Packet
+	in        []int
 }
 
 // readLocked reads a batch from the link (try: without waiting), parses
-// it and hands each worker its share at once. The receive goroutine
-// does not run protocol work itself (turnWake): on two cores, receiving
-// while a worker transmits is what carries a stream. A busy poller does
-// (turnPoll).
+// it and hands each worker its share at once. It returns how many
+// packets it read, and whether the read was full (more may be queued).
+// The receive goroutine does not run protocol work itself (turnWake): on
+// two cores, receiving while a worker transmits is what carries a
+// stream. A busy poller does (turnPoll).
 //
 // Preconditions: e.rxMu is held.
-func (e *Engine) readLocked(try bool, mode turnMode) (int, error) {
+func (e *Engine) readLocked(try bool, mode turnMode) (int, bool, error) {
+	if try && e.bulk != nil {
+		return e.readBulkLocked(mode)
+	}
 	b := &e.rx
 	for i := range b.pkts[:b.used] {
 		b.pkts[i].Buf = b.bufs[i].b[:]
@@ -316,7 +369,7 @@ func (e *Engine) readLocked(try bool, mode turnMode) (int, error) {
 		if err == nil {
 			b.used = 0
 		}
-		return 0, err
+		return 0, false, err
 	}
 	b.used = n
 	for i := range n {
@@ -325,23 +378,123 @@ func (e *Engine) readLocked(try bool, mode turnMode) (int, error) {
 			continue
 		}
 		// The packet's buffer goes to the worker; the batch takes a
-		// fresh one from the pool (a few at a time, through a stash),
-		// and without one the packet is dropped.
-		if len(b.stash) == 0 {
-			b.stash = e.pool.getN(b.stash)
-		}
-		if len(b.stash) == 0 {
+		// fresh one from the pool, and without one the packet is
+		// dropped.
+		fresh := e.takeStashed()
+		if fresh == nil {
 			e.c.Drop(DropNoBuffer)
 			continue
 		}
-		fresh := b.stash[len(b.stash)-1]
-		b.stash[len(b.stash)-1] = nil
-		b.stash = b.stash[:len(b.stash)-1]
-		e.rxStashed.Store(int32(len(b.stash)))
-		wi := int(h.qpn) % len(e.workers)
-		b.perWorker[wi] = append(b.perWorker[wi], pktEvent{h: h, rx: b.bufs[i]})
+		e.queue(h, b.bufs[i])
 		b.bufs[i] = fresh
 	}
+	e.submit(mode)
+	return n, n == len(b.pkts), nil
+}
+
+// readBulkLocked is readLocked on a link that coalesces datagrams: each
+// datagram lands in one of the batch's chunks, and its packets go to the
+// workers as views of the chunk, which the batch then replaces with a
+// free one from the pool. A datagram of small packets (bulkCopyMax), or
+// any datagram when the pool has no free chunk, is copied out packet by
+// packet instead, and its chunk stays in the batch.
+//
+// Preconditions: e.rxMu is held.
+func (e *Engine) readBulkLocked(mode turnMode) (int, bool, error) {
+	b := &e.rx
+	nb, np, err := e.bulk.TryRecvBulk(b.chunkBufs, b.bpkts, b.in)
+	if err != nil || np == 0 {
+		return 0, false, err
+	}
+	queued := 0
+	for i := 0; i < np; {
+		j := b.in[i]
+		k := i + 1
+		for k < np && b.in[k] == j {
+			k++
+		}
+		// Packets [i, k) are in chunk j.
+		c := b.chunks[j]
+		var fresh *rxChunk
+		if len(b.bpkts[i].Buf) > bulkCopyMax {
+			fresh = e.pool.getChunk()
+		}
+		if fresh != nil {
+			c.refs.Store(1) // the batch's, until its packets are queued
+		}
+		for ; i < k; i++ {
+			lp := &b.bpkts[i]
+			rb := e.takeStashed()
+			if rb == nil {
+				e.c.Rx.Add(1)
+				e.c.Drop(DropNoBuffer)
+				continue
+			}
+			if fresh == nil {
+				lp.Buf = rb.b[:copy(rb.b[:], lp.Buf)]
+			}
+			h := e.dispatch(lp, rb)
+			if h == nil {
+				b.stash = append(b.stash, rb) // within its capacity: it came from there
+				e.rxStashed.Store(int32(len(b.stash)))
+				continue
+			}
+			if fresh != nil {
+				rb.chunk = c
+				c.refs.Add(1)
+			}
+			e.queue(h, rb)
+			if queued++; queued == rxBatchLen {
+				// The workers start on these while the rest is parsed,
+				// as they would after a read of rxBatchLen packets.
+				e.submit(mode)
+				queued = 0
+			}
+		}
+		if fresh != nil {
+			if c.refs.Add(-1) == 0 {
+				e.pool.putChunk(fresh) // nothing points into c: it stays
+			} else {
+				b.chunks[j], b.chunkBufs[j] = fresh, fresh.b[:]
+			}
+		}
+	}
+	e.submit(mode)
+	return np, nb == len(b.chunks) || np == len(b.bpkts), nil
+}
+
+// takeStashed returns a free buffer from the batch's stash, which it
+// refills from the pool a few at a time, or nil when there is none.
+//
+// Preconditions: e.rxMu is held.
+func (e *Engine) takeStashed() *rxBuf {
+	b := &e.rx
+	if len(b.stash) == 0 {
+		b.stash = e.pool.getN(b.stash)
+		if len(b.stash) == 0 {
+			return nil
+		}
+	}
+	rb := b.stash[len(b.stash)-1]
+	b.stash[len(b.stash)-1] = nil
+	b.stash = b.stash[:len(b.stash)-1]
+	e.rxStashed.Store(int32(len(b.stash)))
+	return rb
+}
+
+// queue adds a parsed packet to its worker's share of the batch.
+//
+// Preconditions: e.rxMu is held.
+func (e *Engine) queue(h *Handle, rb *rxBuf) {
+	wi := int(h.qpn) % len(e.workers)
+	e.rx.perWorker[wi] = append(e.rx.perWorker[wi], pktEvent{h: h, rx: rb})
+}
+
+// submit hands each worker its share of the batch.
+//
+// Preconditions: e.rxMu is held.
+func (e *Engine) submit(mode turnMode) {
+	b := &e.rx
 	for wi, evs := range b.perWorker {
 		if len(evs) > 0 {
 			e.workers[wi].submitPackets(evs, mode)
@@ -349,7 +502,6 @@ func (e *Engine) readLocked(try bool, mode turnMode) (int, error) {
 			b.perWorker[wi] = evs[:0]
 		}
 	}
-	return n, nil
 }
 
 // Progress drives the transport from the calling goroutine, for an
@@ -368,7 +520,7 @@ func (e *Engine) Progress() bool {
 	if !e.cfg.BusyPoll || e.poller == nil || e.closed.Load() || !e.rxMu.TryLock() {
 		return false
 	}
-	n, _ := e.readLocked(true, turnPoll)
+	n, _, _ := e.readLocked(true, turnPoll)
 	e.rxMu.Unlock()
 	if n > 0 {
 		return true
@@ -411,16 +563,62 @@ func (e *Engine) dispatch(lp *link.Packet, rb *rxBuf) *Handle {
 	return h
 }
 
-// bufPool is the fixed set of receive buffers that packets wait in.
+// bufPool is the fixed set of receive buffers that packets wait in, and
+// of the chunks that coalesced datagrams wait in (Engine.bulk). A buffer
+// returned to the pool gives back its reference to its chunk.
 type bufPool struct {
-	mu   sync.Mutex
-	free []*rxBuf // protected by mu
+	mu     sync.Mutex
+	free   []*rxBuf   // protected by mu
+	chunks []*rxChunk // free chunks; protected by mu
 }
 
 func (p *bufPool) init(n int) {
 	p.free = make([]*rxBuf, n)
 	for i := range p.free {
 		p.free[i] = new(rxBuf)
+	}
+}
+
+func (p *bufPool) initChunks(n int) {
+	p.chunks = make([]*rxChunk, n)
+	for i := range p.chunks {
+		p.chunks[i] = new(rxChunk)
+	}
+}
+
+// getChunk takes a free chunk, or returns nil.
+func (p *bufPool) getChunk() *rxChunk {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.chunks)
+	if n == 0 {
+		return nil
+	}
+	c := p.chunks[n-1]
+	p.chunks[n-1] = nil
+	p.chunks = p.chunks[:n-1]
+	return c
+}
+
+// putChunk returns a chunk nothing points into.
+func (p *bufPool) putChunk(c *rxChunk) {
+	p.mu.Lock()
+	p.chunks = append(p.chunks, c) // never beyond its capacity: only its own chunks return
+	p.mu.Unlock()
+}
+
+// unrefLocked drops b's reference to its chunk, if it has one, and
+// returns the chunk to the pool when it was the last.
+//
+// Preconditions: p.mu is held.
+func (p *bufPool) unrefLocked(b *rxBuf) {
+	c := b.chunk
+	if c == nil {
+		return
+	}
+	b.chunk = nil
+	if c.refs.Add(-1) == 0 {
+		p.chunks = append(p.chunks, c)
 	}
 }
 
@@ -440,6 +638,7 @@ func (p *bufPool) getN(dst []*rxBuf) []*rxBuf {
 // put returns a buffer to the pool.
 func (p *bufPool) put(b *rxBuf) {
 	p.mu.Lock()
+	p.unrefLocked(b)
 	p.free = append(p.free, b) // never beyond its capacity: only its own buffers return
 	p.mu.Unlock()
 }
@@ -447,6 +646,9 @@ func (p *bufPool) put(b *rxBuf) {
 // putN returns buffers to the pool and empties bs.
 func (p *bufPool) putN(bs []*rxBuf) []*rxBuf {
 	p.mu.Lock()
+	for _, b := range bs {
+		p.unrefLocked(b)
+	}
 	p.free = append(p.free, bs...)
 	p.mu.Unlock()
 	clear(bs)

@@ -318,6 +318,11 @@ func (w *worker) runTurn(mode turnMode) {
 		w.guard.RLock()
 		w.finishBatch()
 		w.guard.RUnlock()
+		if len(w.freed) > 0 {
+			// Held requests that Run released: their buffers (and the
+			// chunks they point into) must not wait for the next turn.
+			w.freed = w.e.pool.putN(w.freed)
+		}
 		if inline && w.inlineBytes >= txBatchBytes && len(w.dirty) > 0 {
 			// Enough for a goroutine that has work of its own: the
 			// worker's goroutine sends the rest.

@@ -190,3 +190,75 @@ func tryRecvWait(t *testing.T, b *udp.Link, pkts []link.Packet) int {
 	require.NoError(t, rerr)
 	return n
 }
+
+// TestTryRecvBulk: with GRO, a GSO run arrives as one datagram in one of
+// the caller's buffers, and its packets are handed out as slices of that
+// buffer (no copy), in order, with IPv4 IDs 0, 1, 2, ... recoverable from
+// their ICRCs; segments a TryRecv left pending come first, copied. A link
+// without GRO does not coalesce (Coalesces).
+func TestTryRecvBulk(t *testing.T) {
+	t.Parallel()
+	require.False(t, open(t, udp.Config{Addr: lo4}).Coalesces())
+	a := open(t, udp.Config{Addr: lo4, GSO: true})
+	b := open(t, udp.Config{Addr: lo4, GRO: true})
+	require.True(t, b.Coalesces())
+	nf := netFor(t, a, b)
+	var sent []link.Packet
+	for i := range 20 {
+		sent = append(sent, sized(&nf, 9, i, 1500))
+	}
+	sent = append(sent, sized(&nf, 9, 20, 700)) // a shorter last segment ends the run
+	require.NoError(t, a.Send(sent[:10]))
+	// A TryRecv of two packets leaves the rest of the first run pending.
+	pkts := recvBufs(2)
+	require.Equal(t, 2, tryRecvWait(t, b, pkts))
+	require.NoError(t, a.Send(sent[10:]))
+
+	bufs := make([][]byte, 4)
+	for i := range bufs {
+		bufs[i] = make([]byte, link.BulkBufSize)
+	}
+	bp := make([]link.Packet, 4*link.MaxBulkSegments)
+	in := make([]int, len(bp))
+	within := func(p, buf []byte) bool {
+		return &p[0] == &buf[cap(buf)-cap(p)] // p is a slice of buf
+	}
+	var p wire.Packet
+	psn := 2
+	for psn < len(sent) {
+		nb, np := 0, 0
+		guard := time.AfterFunc(watchdog, func() { b.Close() })
+		err := b.WaitReadable(func() bool {
+			var rerr error
+			nb, np, rerr = b.TryRecvBulk(bufs, bp, in)
+			require.NoError(t, rerr)
+			return np > 0
+		})
+		guard.Stop()
+		require.NoError(t, err)
+		require.LessOrEqual(t, nb, len(bufs))
+		for i, lp := range bp[:np] {
+			require.Less(t, in[i], nb)
+			require.True(t, within(lp.Buf, bufs[in[i]]), "packet %d lies in the buffer in names", psn)
+			if i > 0 && psn > 10 {
+				require.Equal(t, in[i-1], in[i], "one GSO run, one datagram")
+			}
+			nn := lp.Net
+			require.Equal(t, wire.DropNone, wire.ParseDatagram(lp.Buf, &nn, &p), "packet %d", psn)
+			require.Equal(t, psn, int(p.BTH.PSN()), "in order")
+			require.Equal(t, len(sent[psn].Buf), len(lp.Buf))
+			checkPayload(t, got{qp: p.BTH.DestQP(), psn: psn, op: p.BTH.OpCode(), payload: p.Payload})
+			if psn >= 10 {
+				require.Equal(t, uint16(psn-10), p.Net.ID, "segment %d of the second run", psn-10)
+			}
+			psn++
+		}
+	}
+	nb, np, err := b.TryRecvBulk(bufs, bp, in)
+	require.NoError(t, err)
+	require.Zero(t, nb+np, "everything was read")
+	require.Equal(t, uint64(len(sent)), b.Stats().RxPackets)
+	require.NoError(t, b.Close())
+	_, _, err = b.TryRecvBulk(bufs, bp, in)
+	require.True(t, isClosed(err))
+}

@@ -158,6 +158,127 @@ func (l *Link) TryRecv(pkts []link.Packet) (int, error) {
 	return total, nil
 }
 
+// Coalesces reports whether the socket receives with GRO, so that a
+// datagram may carry several packets (link.BulkReceiver).
+func (l *Link) Coalesces() bool { return l.gro }
+
+// TryRecvBulk is TryRecv into the caller's buffers (link.BulkReceiver):
+// recvmmsg writes each datagram, coalesced or not, into the next of bufs,
+// and its segments are handed out as slices of it, not copied. Segments
+// left over from an earlier Recv or TryRecv are copied into the first
+// buffers, before anything new is read.
+func (l *Link) TryRecvBulk(bufs [][]byte, pkts []link.Packet, in []int) (int, int, error) {
+	r := &l.rx
+	if len(bufs) == 0 || len(pkts) == 0 || !r.mu.TryLock() {
+		return 0, 0, nil
+	}
+	defer r.mu.Unlock()
+	if l.closed.Load() {
+		return 0, 0, net.ErrClosed
+	}
+	r.try = true
+	defer func() { r.try = false }()
+	nb, np := l.drainBulk(bufs, pkts, in)
+	for nb < len(bufs) && len(pkts)-np >= link.MaxBulkSegments {
+		want := min(len(bufs)-nb, (len(pkts)-np)/link.MaxBulkSegments, len(r.msgs))
+		for k := range want {
+			setIov(&r.iovs[k], bufs[nb+k][:link.BulkBufSize])
+		}
+		r.reset()
+		err := l.recvmmsg(want, false)
+		l.restoreIovs(want)
+		if err != nil {
+			if nb > 0 {
+				break // the error comes back on the next call
+			}
+			return 0, 0, err
+		}
+		bytes, trunc, n0 := 0, 0, np
+		for i := range r.got {
+			h := &r.msgs[i]
+			if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+				trunc++
+				continue
+			}
+			var nt wire.Net
+			seg := l.parseMsg(i, &nt)
+			b := bufs[nb+i][:h.Len]
+			if seg <= 0 {
+				seg = len(b)
+			}
+			for off := 0; off < len(b); off += seg {
+				if np == len(pkts) {
+					trunc++ // more segments than the kernel coalesces
+					break
+				}
+				pkts[np] = link.Packet{Buf: b[off:min(off+seg, len(b))], Net: nt}
+				in[np] = nb + i
+				np++
+			}
+			bytes += len(b)
+		}
+		l.countRx(np-n0, bytes, trunc)
+		nb += r.got
+		if r.got < want {
+			break // nothing more queued
+		}
+	}
+	return nb, np, nil
+}
+
+// restoreIovs points the first n messages back at the link's own GRO
+// buffers after TryRecvBulk lent them the caller's.
+//
+// Preconditions: l.rx.mu is held.
+func (l *Link) restoreIovs(n int) {
+	r := &l.rx
+	for i := range n {
+		if r.gro {
+			setIov(&r.iovs[i], r.bufs[i*groBufSize:(i+1)*groBufSize])
+		} else {
+			r.iovs[i] = unix.Iovec{}
+		}
+	}
+}
+
+// drainBulk copies the segments an earlier Recv or TryRecv left pending
+// into bufs, packed, and returns how many buffers and packets it used.
+//
+// Preconditions: l.rx.mu is held.
+func (l *Link) drainBulk(bufs [][]byte, pkts []link.Packet, in []int) (int, int) {
+	r := &l.rx
+	nb, np, off := 0, 0, 0
+	for r.ph < r.pn && np < len(pkts) {
+		p := &r.pend[r.ph]
+		end := p.end
+		if p.seg > 0 && p.off+p.seg < end {
+			end = p.off + p.seg
+		}
+		seg := r.bufs[p.buf*groBufSize+p.off : p.buf*groBufSize+end]
+		if off+len(seg) > link.BulkBufSize {
+			nb, off = nb+1, 0
+			if nb == len(bufs) {
+				return nb, np
+			}
+		}
+		p.off = end
+		if p.off >= p.end {
+			r.ph++
+		}
+		dst := bufs[nb][off : off+len(seg)]
+		copy(dst, seg)
+		pkts[np] = link.Packet{Buf: dst, Net: p.net}
+		in[np] = nb
+		np++
+		off += len(seg)
+		l.countRx(1, len(seg), 0)
+	}
+	if np > 0 && off > 0 {
+		nb++
+	}
+	return nb, np
+}
+
 // WaitReadable calls ready whenever datagrams may be queued on the socket
 // (or segments of a coalesced datagram an earlier read took wait to be
 // handed out): once at once, then after each notification from Go's
