@@ -1,0 +1,243 @@
+package hca_test
+
+import (
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/softhca/softhca/hca"
+	"github.com/softhca/softhca/link/pipe"
+	"github.com/softhca/softhca/transport"
+	"github.com/softhca/softhca/verbs"
+)
+
+// connectQPs creates n RC QP pairs with caps c, x's on the send and
+// receive CQ xcq and y's on y.cq, and connects each x QP to its y QP at
+// MTU 4096 with the options connectWith gives.
+func connectQPs(tb testing.TB, x, y *side, n int, xcq *hca.CQ, c verbs.QPCap) (xs, ys []*hca.QP) {
+	tb.Helper()
+	xs, ys = make([]*hca.QP, n), make([]*hca.QP, n)
+	create := func(s *side, cq *hca.CQ) *hca.QP {
+		q, err := s.pd.CreateQP(&hca.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTypeRC, Cap: c})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return q
+	}
+	xgid, err := x.dev.QueryGID(1, 1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ygid, err := y.dev.QueryGID(1, 1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	o := &hca.ConnectOptions{
+		PathMTU: verbs.MTU4096, PSN: 100, MinRNRTimer: 1, MaxRdAtomic: 8, MaxDestRdAtomic: 8,
+		Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+	for i := range n {
+		xs[i], ys[i] = create(x, xcq), create(y, y.cq)
+		if err := xs[i].Connect(hca.Remote{QPN: ys[i].Num(), PSN: 100, GID: ygid}, o); err != nil {
+			tb.Fatal(err)
+		}
+		if err := ys[i].Connect(hca.Remote{QPN: xs[i].Num(), PSN: 100, GID: xgid}, o); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return xs, ys
+}
+
+// BenchmarkRCWrite64KQPs is BenchmarkRCWrite64K/gso+gro spread over many
+// RC QP pairs between two devices: RDMA WRITEs of 64 KiB from x to y at
+// MTU 4096 over UDP loopback with GSO and GRO, posted round robin over
+// the QPs (each QP's completion puts it back at the end of the round),
+// with every QP of x on one send CQ. inflight=16 keeps 16 WRs in flight
+// in all, as BenchmarkRCWrite64K does (with more than 16 QPs, 16 of them
+// are busy at a time); inflight=perqp keeps one in flight on every QP.
+// One 64 KiB MR on each side is the source and the target of every QP.
+// Reports payload Gbit/s; the QPs' creation and a warm-up round (one WR
+// per QP at least) are outside the timed part, and setup-ms says how long
+// creating and connecting the pairs took.
+func BenchmarkRCWrite64KQPs(b *testing.B) {
+	for _, n := range []int{1, 16, 100, 1000} {
+		depths := []int{16}
+		if n > 16 {
+			depths = append(depths, n)
+		}
+		for _, d := range depths {
+			name := "inflight=16"
+			if d == n && n > 16 {
+				name = "inflight=perqp"
+			}
+			b.Run("qps="+strconv.Itoa(n)+"/"+name, func(b *testing.B) { benchWrite64KQPs(b, n, d) })
+		}
+	}
+}
+
+// benchWrite64KQPs runs b.N WRITEs of 64 KiB over n QP pairs, depth in
+// flight.
+func benchWrite64KQPs(b *testing.B, n, depth int) {
+	const size = 64 << 10
+	x, y := udpPairConfig(b, true, size, hca.Config{})
+	perQP := (depth + n - 1) / n // the most WRs one QP has in flight
+	// x's send CQ holds at most one completion per WR in flight; it
+	// takes the place of x.cq (and its completion channel) for pollWait.
+	xcq, err := x.dev.CreateCQ(depth, x.ch, nil, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	x.cq = xcq
+	start := time.Now()
+	xs, _ := connectQPs(b, x, y, n, xcq, verbs.QPCap{MaxSendWR: uint32(perQP), MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+	setup := time.Since(start)
+
+	// ready is the round: a FIFO of the QPs that may take another WR,
+	// each once per free slot (perQP*n entries at most).
+	ready := make([]int, perQP*n)
+	head, queued := 0, 0
+	push := func(i int) {
+		ready[(head+queued)%len(ready)] = i
+		queued++
+	}
+	for range perQP {
+		for i := range n {
+			push(i)
+		}
+	}
+	wr := &verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{x.mr.SGE(0, size)}, RDMA: verbs.RDMAInfo{RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+	wcs := make([]verbs.WC, 64)
+	inflight := 0
+	// run posts and completes count WRs.
+	run := func(count int) {
+		posted, done := 0, 0
+		for done < count {
+			for posted < count && inflight < depth {
+				i := ready[head]
+				head = (head + 1) % len(ready)
+				queued--
+				wr.WRID = uint64(i)
+				if _, err := xs[i].PostSend(wr); err != nil {
+					b.Fatalf("qp %d: %v", i, err)
+				}
+				posted++
+				inflight++
+			}
+			k := x.pollWait(wcs)
+			for _, wc := range wcs[:k] {
+				if wc.Status != verbs.WCSuccess {
+					b.Fatalf("qp %d: %s", wc.WRID, wc.Status)
+				}
+				push(int(wc.WRID))
+			}
+			done += k
+			inflight -= k
+		}
+	}
+	// Warm-up: every QP sends at least once (its timers and windows are
+	// set up), and the timed part starts with the QPs idle.
+	run(max(2*n, 4*depth))
+	b.ReportMetric(float64(setup.Microseconds())/1e3, "setup-ms")
+	b.SetBytes(size)
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 := time.Now()
+	run(b.N)
+	el := time.Since(t0).Seconds()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)*size*8/el/1e9, "Gbit/s")
+	sx := x.dev.TransportStats()
+	b.Logf("N=%d qps=%d inflight=%d setup %v: tx %d retransmits %d timeouts %d window cuts %d device waits %d drops %v",
+		b.N, n, depth, setup.Round(time.Millisecond), sx.TxPackets, sx.Retransmits, sx.RetryTimeouts, sx.WindowCuts, sx.DeviceWaits, sx.DropNames())
+}
+
+// BenchmarkIdleQPMemory creates 10,000 connected RC QP pairs between two
+// devices (20,000 QPs, 10,000 on each device) with MaxSendWR 16,
+// MaxRecvWR 16, one SGE each way and no inline data, and reports the heap
+// they hold per QP, after a forced GC, against the heap before they were
+// created: B/qp from HeapAlloc, inuse-B/qp from HeapInuse (whole spans).
+// ring-B/qp is what the QP's send and receive queue rings take by their
+// sizes (qp.New, srq.NewQueue), beyond-ring-B/qp the rest of B/qp.
+// used-B/qp is B/qp again once every x QP has completed one 64-byte RDMA
+// WRITE (a QP that has sent keeps a timer). The link is link/pipe: the
+// figure is the QPs' memory, and in-process devices add no socket or
+// kernel buffer to it (a device's fixed cost is in the baseline anyway).
+// Run it with -test.benchtime 1x: one op creates and measures all of them.
+func BenchmarkIdleQPMemory(b *testing.B) {
+	const pairs = 10_000
+	c := verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+	// The rings of qp.New and srq.NewQueue: the send queue has
+	// transport.InternalSlots more slots than max_send_wr, each a
+	// SendWQE, MaxSendSGE SGEs and MaxInlineData bytes; the receive
+	// queue has max_recv_wr slots of 16 bytes (srq's slot: a WR ID and a
+	// count) and MaxRecvSGE SGEs each.
+	sge := int(unsafe.Sizeof(verbs.SGE{}))
+	sqSlots := int(c.MaxSendWR) + transport.InternalSlots
+	ring := sqSlots*(int(unsafe.Sizeof(transport.SendWQE{}))+int(c.MaxSendSGE)*sge+int(c.MaxInlineData)) +
+		int(c.MaxRecvWR)*(16+int(c.MaxRecvSGE)*sge)
+	var alloc, inuse, used float64
+	var setup time.Duration
+	b.ReportAllocs()
+	for range b.N {
+		la, lb := pipe.New(pipe.Config{})
+		x, y := openSide(b, la, 64<<10), openSide(b, lb, 64<<10)
+		before := heapNow()
+		start := time.Now()
+		xs, ys := connectQPs(b, x, y, pairs, x.cq, c)
+		setup += time.Since(start)
+		after := heapNow()
+		qps := float64(2 * pairs)
+		alloc += float64(after.HeapAlloc-before.HeapAlloc) / qps
+		inuse += float64(after.HeapInuse-before.HeapInuse) / qps
+
+		// One signaled 64-byte WRITE per x QP, a CQ's worth at a time.
+		wr := &verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+			SGList: []verbs.SGE{x.mr.SGE(0, 64)}, RDMA: verbs.RDMAInfo{RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
+		wcs := make([]verbs.WC, 64)
+		for i := 0; i < pairs; i += 512 {
+			k := min(512, pairs-i)
+			for _, q := range xs[i : i+k] {
+				if _, err := q.PostSend(wr); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for k > 0 {
+				m := x.pollWait(wcs)
+				for _, wc := range wcs[:m] {
+					if wc.Status != verbs.WCSuccess {
+						b.Fatal(wc.Status)
+					}
+				}
+				k -= m
+			}
+		}
+		afterUse := heapNow()
+		used += float64(afterUse.HeapAlloc-before.HeapAlloc) / qps
+		runtime.KeepAlive(xs)
+		runtime.KeepAlive(ys)
+		_ = x.dev.Close()
+		_ = y.dev.Close()
+	}
+	nf := float64(b.N)
+	b.ReportMetric(alloc/nf, "B/qp")
+	b.ReportMetric(inuse/nf, "inuse-B/qp")
+	b.ReportMetric(float64(ring), "ring-B/qp")
+	b.ReportMetric(alloc/nf-float64(ring), "beyond-ring-B/qp")
+	b.ReportMetric(used/nf, "used-B/qp")
+	b.ReportMetric(float64(setup.Nanoseconds())/nf/pairs, "ns/connected-pair")
+	if beyond := alloc/nf - float64(ring); beyond > 16<<10 {
+		b.Logf("%.0f bytes per idle QP beyond its rings: above the 16 KiB of issue 18", beyond)
+	}
+}
+
+// heapNow returns the memory statistics after two forced collections
+// (the second frees what the first's finalizers released).
+func heapNow() runtime.MemStats {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m
+}
