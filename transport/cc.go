@@ -263,6 +263,15 @@ func newCongestion(cfg CCConfig, shards int) *Congestion {
 // Config returns the configuration with its defaults.
 func (c *Congestion) Config() CCConfig { return c.cfg }
 
+// room returns how many more packets the device window lets the QPs send
+// now (a large number without a device window).
+func (c *Congestion) room() int {
+	if c.cfg.DeviceWindow < 0 {
+		return Unlimited
+	}
+	return c.cfg.DeviceWindow - c.InFlight()
+}
+
 // InFlight returns the RC packets in flight across the device.
 func (c *Congestion) InFlight() int {
 	n := int64(0)
@@ -384,11 +393,10 @@ func (w *window) release() {
 // deviceRoom returns how many more packets the device window lets the
 // QPs send now (a large number without a device window).
 func (w *window) deviceRoom(env *Env) int {
-	c := env.CC
-	if c == nil || c.cfg.DeviceWindow < 0 {
+	if env.CC == nil {
 		return Unlimited
 	}
-	return c.cfg.DeviceWindow - c.InFlight()
+	return env.CC.room()
 }
 
 // rateControl is a QP's DCQCN reaction point and pacer, and its

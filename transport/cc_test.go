@@ -86,34 +86,38 @@ func TestWindowDuplicateAcks(t *testing.T) {
 }
 
 // TestDeviceWindow: the QPs of a device together keep at most
-// DeviceWindow packets in flight; a QP the device window stops looks
-// again after a short wait; acknowledgements and leaving RTS give the
-// room back.
+// DeviceWindow packets in flight; a QP the device window stops says so
+// (Effects.DeviceWait: the scheduler runs it again when there is room)
+// and keeps no short timer of its own; acknowledgements and leaving RTS
+// give the room back.
 func TestDeviceWindow(t *testing.T) {
 	cc := NewCongestion(CCConfig{InitialWindow: 16, DeviceWindow: 20})
 	a, b := newRC(t), newRC(t)
 	a.cc, b.cc = cc, cc
 	a.post(sendWR(1, 0, 16*testMTU))
 	b.post(sendWR(1, 0, 16*testMTU))
-	_, pa := a.run()
+	fx, pa := a.run()
 	require.Len(t, pa, 16)
-	_, pb := b.run()
+	require.False(t, fx.DeviceWait)
+	fx, pb := b.run()
 	require.Len(t, pb, 4, "the device window's rest")
+	require.True(t, fx.DeviceWait, "the scheduler must run the QP again when there is room")
 	require.True(t, pb[3].p.BTH.AckReq(), "the last packet before the device window stops the QP asks for an ACK")
 	require.False(t, pb[2].p.BTH.AckReq())
 	require.Equal(t, 20, cc.InFlight())
+	require.Equal(t, 0, cc.room())
 	require.EqualValues(t, 1, b.stats.DeviceWaits.Load())
-	d := b.q.Deadline()
-	require.False(t, d.IsZero(), "the stopped QP looks again")
-	require.True(t, d.Before(b.now.Add(time.Millisecond)), "soon, not after the transport timer")
+	require.Equal(t, b.now.Add(timeoutDuration(b.q.P.Timeout)), b.q.Deadline(), "only the transport timer runs")
+
+	fx, pb = b.run()
+	require.Empty(t, pb, "still no room")
+	require.True(t, fx.DeviceWait)
 
 	a.ackAll(1)
 	require.Equal(t, 4, cc.InFlight(), "the ACK gave the room back")
-	b.now = d
-	fx, _ := b.timer()
-	require.True(t, fx.Run)
-	_, pb = b.run()
+	fx, pb = b.run()
 	require.Len(t, pb, 12)
+	require.False(t, fx.DeviceWait)
 	require.Equal(t, 16, cc.InFlight())
 
 	b.q.SetState(verbs.QPStateErr, 0, 0)

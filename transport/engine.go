@@ -71,13 +71,16 @@ type Result struct {
 	// to hold it again (the worker would offer it forever): Run's own
 	// progress (More) is what releases it.
 	Held bool
+	// DeviceWait: Run stopped at the device window; the scheduler runs
+	// the QP again when the device has room (Effects.DeviceWait).
+	DeviceWait bool
 	// Deadline: when Timer should be called; zero for never.
 	Deadline time.Time
 }
 
 // FromEffects turns what the protocol reported into a Result.
 func FromEffects(fx Effects, deadline time.Time) Result {
-	return Result{Run: fx.Run, More: fx.More, Delivered: fx.Delivered, Held: fx.Held, Deadline: deadline}
+	return Result{Run: fx.Run, More: fx.More, Delivered: fx.Delivered, Held: fx.Held, DeviceWait: fx.DeviceWait, Deadline: deadline}
 }
 
 // Engine is a device's transport scheduler: it reads the link, hands

@@ -681,3 +681,63 @@ func TestEngineStatsLinkDrops(t *testing.T) {
 	require.Equal(t, uint64(3), all["link: socket receive buffer full"])
 	require.Equal(t, uint64(0), all[DropUnknownQP.String()])
 }
+
+// TestEngineDeviceWait: a QP the device window stopped (Result.DeviceWait)
+// keeps no timer of its own; the scheduler runs it again when a turn
+// leaves the device room, its own worker's or another's, the waiters of a
+// worker oldest first and only while room lasts; a backstop timer per
+// worker tries them again should no turn come.
+func TestEngineDeviceWait(t *testing.T) {
+	et := newEngineT(t, Config{Workers: 2, CC: CCConfig{DeviceWindow: 10}})
+	cc := et.e.cc
+	cc.inflight[0].n.Store(10) // the device window is full
+	// Each QP sends 5 packets when there is room.
+	wants := func(name string) *fakeEP {
+		ep := et.ep(name)
+		ep.run = func(*Turn) Result {
+			if cc.room() <= 0 {
+				return Result{DeviceWait: true}
+			}
+			cc.inflight[0].n.Add(5)
+			et.log.add(name + " sent")
+			return Result{}
+		}
+		return ep
+	}
+	a, c := et.e.Attach(0x10, wants("a")), et.e.Attach(0x12, wants("c")) // worker 0
+	b := et.e.Attach(0x11, wants("b"))                                   // worker 1
+	ack := et.e.Attach(0x13, et.ep("ack"))                               // worker 1
+	a.Flush()
+	c.Flush()
+	b.Flush()
+	et.e.Sync()
+	require.Equal(t, []string{"a run", "c run", "b run"}, et.log.get())
+	require.Equal(t, 2, et.clk.PendingWithin(time.Hour), "one backstop timer per worker with waiters, none per QP")
+	require.EqualValues(t, 2, et.e.workers[0].devWaiting.Load())
+	require.EqualValues(t, 1, et.e.workers[1].devWaiting.Load())
+
+	// Room for one QP, made in a turn of worker 1: its own waiter goes.
+	cc.inflight[0].n.Add(-5)
+	ack.Flush()
+	et.e.Sync()
+	require.Equal(t, []string{"ack run", "b run", "b sent"}, et.log.get()[3:])
+	require.EqualValues(t, 0, et.e.workers[1].devWaiting.Load())
+
+	// Room for two, made in a turn of worker 1, which has no waiters
+	// left: it kicks worker 0, whose waiters go oldest first.
+	cc.inflight[0].n.Add(-10)
+	ack.Flush()
+	et.e.Sync()
+	require.Equal(t, []string{"ack run", "a run", "a sent", "c run", "c sent"}, et.log.get()[6:])
+	require.EqualValues(t, 0, et.e.workers[0].devWaiting.Load())
+
+	// A waiter whose room comes back with no turn anywhere: the backstop.
+	cc.inflight[0].n.Store(10)
+	a.Flush()
+	et.e.Sync()
+	require.Equal(t, "a run", et.log.get()[11])
+	cc.inflight[0].n.Add(-5)
+	et.clk.Advance(devWaitBackstop)
+	et.e.Sync()
+	require.Equal(t, []string{"a run", "a sent"}, et.log.get()[12:])
+}

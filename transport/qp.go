@@ -77,6 +77,10 @@ type Effects struct {
 	Status verbs.WCStatus
 	// SQDrained: raise IBV_EVENT_SQ_DRAINED.
 	SQDrained bool
+	// DeviceWait: Run stopped at the device window (CCConfig.DeviceWindow);
+	// call it again when the device has room, which acknowledgements to
+	// any of its QPs make.
+	DeviceWait bool
 }
 
 func (fx *Effects) fail(f Failure, status verbs.WCStatus) {
@@ -319,10 +323,6 @@ func (q *QP) Timer(env *Env) Effects {
 		q.rate.waitUntil = time.Time{}
 		fx.Run = true // the pacer lets the QP go on
 	}
-	if d := q.req.deviceWait; !d.IsZero() && !env.Now.Before(d) {
-		q.req.deviceWait = time.Time{}
-		fx.Run = true
-	}
 	q.req.timer(q, env, &fx)
 	q.flushAckOnFail(env, &fx)
 	q.settle(env)
@@ -346,7 +346,7 @@ func (q *QP) Deadline() time.Time {
 	// the zero Time (cleared fields hold exactly that) keeps Deadline
 	// within the inlining budget, which IsZero twice exceeds; the workers
 	// call it after every packet and Run.
-	if q.rate.waitUntil == (time.Time{}) && q.req.deviceWait == (time.Time{}) { //nolint:staticcheck // QF1009: a zero-value test, not a time comparison
+	if q.rate.waitUntil == (time.Time{}) { //nolint:staticcheck // QF1009: a zero-value test, not a time comparison
 		return q.req.deadline
 	}
 	return q.earliestDeadline()
@@ -356,9 +356,6 @@ func (q *QP) Deadline() time.Time {
 func (q *QP) earliestDeadline() time.Time {
 	d := q.req.deadline
 	if t := q.rate.waitUntil; !t.IsZero() && (d.IsZero() || t.Before(d)) {
-		d = t
-	}
-	if t := q.req.deviceWait; !t.IsZero() && (d.IsZero() || t.Before(d)) {
 		d = t
 	}
 	return d

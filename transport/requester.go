@@ -16,10 +16,6 @@ const maxUnackedPSNs = 128
 // fills.
 const ackReqInterval = 64
 
-// deviceWaitPoll is how soon a requester the device window stopped looks
-// again.
-const deviceWaitPoll = 50 * time.Microsecond
-
 // RequesterState is what the requester is doing (IBTA 9.7.4, the
 // requester side of an RC, UC or UD QP).
 //
@@ -78,10 +74,8 @@ type Requester struct {
 	// drainNotify: in SQD, report SQDrained when the last started WQE
 	// completes.
 	drainNotify bool
-	// win is the congestion window (RC); deviceWait, when the device
-	// window stopped the requester, is when to look again.
-	win        window
-	deviceWait time.Time
+	// win is the congestion window (RC).
+	win window
 }
 
 // setState is the requester's one transition point.
@@ -94,7 +88,6 @@ func (r *Requester) setState(s RequesterState) {
 	if s == RequesterInactive {
 		r.next, r.off, r.rdAtomic, r.drainNotify = 0, 0, 0, false
 		r.win.release()
-		r.deviceWait = time.Time{}
 	}
 	r.state = s
 }
@@ -140,9 +133,6 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 	case RequesterSending:
 	}
 	sqd := q.state == verbs.QPStateSQD
-	if !r.deviceWait.IsZero() {
-		r.deviceWait = time.Time{}
-	}
 	built := 0 // new packets built in this call (not yet in the device window)
 	// The device window's room, read once a Run, when a new packet first
 	// needs it (a soft bound: the other workers' QPs may take some of it
@@ -190,9 +180,9 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 			}
 			if r.psn == r.maxPSN && built >= room {
 				// The device has as many packets in flight as it
-				// allows: look again shortly (acknowledgements to any
-				// QP make room).
-				r.deviceWait = env.Now.Add(deviceWaitPoll)
+				// allows: the scheduler runs the QP again when
+				// acknowledgements to any QP make room.
+				fx.DeviceWait = true
 				env.Stats.DeviceWaits.Add(1)
 				break
 			}

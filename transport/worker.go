@@ -3,6 +3,7 @@ package transport
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/softhca/softhca/internal/clock"
@@ -24,6 +25,7 @@ type Handle struct {
 	// Owned by the goroutine running w's turn, and by Detach while it
 	// holds w.guard for writing.
 	dirty    bool // on w.dirty: Run before the batch is sent
+	devWait  bool // on w.devWaiters: stopped at the device window
 	detached bool
 	held     []*rxBuf // requests waiting behind a READ response, oldest first
 	timer    clock.Timer
@@ -134,6 +136,12 @@ type worker struct {
 	running    bool            // a goroutine runs the turn; protected by mu
 	notify     chan struct{}
 	readySpare []*Handle
+	// devKick: the device window may have room for the QPs waiting for
+	// it (devWaiters); a turn should try them. Protected by mu.
+	devKick bool
+	// devWaiting is len(devWaiters) as other workers see it: a worker
+	// whose turn leaves the device room kicks the workers with waiters.
+	devWaiting atomic.Int32
 
 	// The rest belongs to the goroutine running the turn.
 	turn      Turn
@@ -152,7 +160,20 @@ type worker struct {
 	// inlineBytes counts the bytes it built.
 	inline      bool
 	inlineBytes int
+	// devWaiters are the QPs the device window stopped, in the order
+	// they stopped (FIFO: each gets its turn at the room); devTimer is a
+	// backstop that has the worker look at them again after
+	// devWaitBackstop, armed while there are any (devTimerAt).
+	devWaiters []*Handle
+	devTimer   clock.Timer
+	devTimerAt time.Time
 }
+
+// devWaitBackstop is how long QPs stopped at the device window wait at
+// most before their worker looks at the room again, should no
+// acknowledgement's turn have kicked it (it always should: the backstop
+// keeps a missed kick from stopping them for ever).
+const devWaitBackstop = time.Millisecond
 
 func newWorker(e *Engine, index, queueLen int) *worker {
 	w := &worker{e: e, notify: make(chan struct{}, 1), rxq: make([]pktEvent, queueLen),
@@ -318,6 +339,7 @@ func (w *worker) runTurn(mode turnMode) {
 		w.guard.RLock()
 		w.finishBatch()
 		w.guard.RUnlock()
+		w.kickOthers()
 		if len(w.freed) > 0 {
 			// Held requests that Run released: their buffers (and the
 			// chunks they point into) must not wait for the next turn.
@@ -339,7 +361,7 @@ func (w *worker) runTurn(mode turnMode) {
 func (w *worker) take() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.rxLen == 0 && len(w.ready) == 0 && len(w.dirty) == 0 {
+	if w.rxLen == 0 && len(w.ready) == 0 && len(w.dirty) == 0 && !w.devKick {
 		w.running = false
 		for i, c := range w.syncs {
 			close(c)
@@ -348,6 +370,7 @@ func (w *worker) take() bool {
 		w.syncs = w.syncs[:0]
 		return false
 	}
+	w.devKick = false // this round's finishBatch tries the waiters
 	w.batch = w.batch[:0]
 	for ; w.rxLen > 0; w.rxLen-- {
 		w.batch = append(w.batch, w.rxq[w.rxHead])
@@ -469,6 +492,11 @@ func (w *worker) apply(h *Handle, res Result) {
 	if res.Delivered {
 		w.delivered = true
 	}
+	if res.DeviceWait && !h.devWait && !h.detached {
+		h.devWait = true
+		w.devWaiters = append(w.devWaiters, h)
+		w.devWaiting.Store(int32(len(w.devWaiters)))
+	}
 	w.setDeadline(h, res.Deadline)
 }
 
@@ -506,7 +534,6 @@ func (w *worker) markDirty(h *Handle) {
 // kernel once (request-response traffic: the answer and the ACK of the
 // question it answers).
 func (w *worker) finishBatch() {
-	t := &w.turn
 	list := w.dirty
 	w.dirty = w.dirtyNext[:0]
 	for i, h := range list {
@@ -515,17 +542,95 @@ func (w *worker) finishBatch() {
 		if h.detached {
 			continue
 		}
-		t.env.Budget = runBudget
-		if w.inline {
-			t.env.Budget = max(txBatchBytes-w.inlineBytes, 1)
-		}
-		w.apply(h, h.ep.Run(t))
-		if len(h.held) > 0 {
-			w.redeliver(h)
-		}
+		w.runQP(h)
 	}
 	w.dirtyNext = list[:0]
+	w.runDeviceWaiters()
 	w.flush()
+}
+
+// runQP runs one QP within its budget and offers its held requests
+// again.
+func (w *worker) runQP(h *Handle) {
+	t := &w.turn
+	t.env.Budget = runBudget
+	if w.inline {
+		t.env.Budget = max(txBatchBytes-w.inlineBytes, 1)
+	}
+	w.apply(h, h.ep.Run(t))
+	if len(h.held) > 0 {
+		w.redeliver(h)
+	}
+}
+
+// runDeviceWaiters runs the QPs the device window stopped, oldest first,
+// while it has room: each takes what it can, and one that finds none
+// left goes to the back. Each waiter is tried at most once a round; if
+// room is left for those still waiting (freed meanwhile by another
+// worker), the worker kicks itself for another round, and while any wait
+// the backstop timer is armed.
+func (w *worker) runDeviceWaiters() {
+	if len(w.devWaiters) == 0 {
+		return
+	}
+	for tries := len(w.devWaiters); tries > 0 && len(w.devWaiters) > 0 && w.e.cc.room() > 0; tries-- {
+		h := w.devWaiters[0]
+		copy(w.devWaiters, w.devWaiters[1:])
+		w.devWaiters[len(w.devWaiters)-1] = nil
+		w.devWaiters = w.devWaiters[:len(w.devWaiters)-1]
+		h.devWait = false
+		if h.detached {
+			continue
+		}
+		if h.dirty {
+			continue // already due to run: the next round runs it
+		}
+		w.runQP(h) // a QP stopped again goes to the back (apply)
+	}
+	w.devWaiting.Store(int32(len(w.devWaiters)))
+	if len(w.devWaiters) == 0 {
+		return
+	}
+	if w.e.cc.room() > 0 {
+		w.mu.Lock()
+		w.devKick = true
+		w.mu.Unlock()
+	}
+	w.armBackstop()
+}
+
+// armBackstop arms the worker's device-window backstop timer, unless it
+// is armed already.
+func (w *worker) armBackstop() {
+	now := w.turn.env.Now
+	if !w.devTimerAt.IsZero() && now.Before(w.devTimerAt) {
+		return
+	}
+	w.devTimerAt = now.Add(devWaitBackstop)
+	if w.devTimer == nil {
+		w.devTimer = w.e.cfg.Clock.AfterFunc(devWaitBackstop, w.kickDevice)
+		return
+	}
+	w.devTimer.Reset(devWaitBackstop)
+}
+
+// kickDevice has the worker's turn try the QPs waiting for the device
+// window.
+func (w *worker) kickDevice() {
+	w.mu.Lock()
+	w.devKick = true
+	w.startLocked(turnWake)
+}
+
+// kickOthers kicks the other workers whose QPs wait for the device
+// window, when this turn leaves it room: acknowledgements handled here
+// may have made it.
+func (w *worker) kickOthers() {
+	for _, o := range w.e.workers {
+		if o != w && o.devWaiting.Load() > 0 && w.e.cc.room() > 0 {
+			o.kickDevice()
+		}
+	}
 }
 
 // handOff ends the turn with work left (w.dirty) for whoever runs the
