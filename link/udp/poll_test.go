@@ -262,3 +262,38 @@ func TestTryRecvBulk(t *testing.T) {
 	_, _, err = b.TryRecvBulk(bufs, bp, in)
 	require.True(t, isClosed(err))
 }
+
+// TestTryRecvBulkOversize: a datagram longer than any InfiniBand packet
+// (link.MaxPacketSize) is dropped and counted as RxTruncated, as Recv
+// drops one that does not fit its buffer; the packets around it arrive.
+func TestTryRecvBulkOversize(t *testing.T) {
+	t.Parallel()
+	a := open(t, udp.Config{Addr: lo4})
+	b := open(t, udp.Config{Addr: lo4, GRO: true})
+	n := netFor(t, a, b)
+	require.NoError(t, a.Send([]link.Packet{sized(&n, 1, 0, 300), sized(&n, 1, 1, link.MaxPacketSize+1), sized(&n, 1, 2, 300)}))
+	bufs := [][]byte{make([]byte, link.BulkBufSize), make([]byte, link.BulkBufSize), make([]byte, link.BulkBufSize)}
+	bp := make([]link.Packet, 3*link.MaxBulkSegments)
+	in := make([]int, len(bp))
+	var psns []int
+	var p wire.Packet
+	for len(psns) < 2 {
+		np := 0
+		guard := time.AfterFunc(watchdog, func() { b.Close() })
+		require.NoError(t, b.WaitReadable(func() bool {
+			var err error
+			_, np, err = b.TryRecvBulk(bufs, bp, in)
+			require.NoError(t, err)
+			return np > 0
+		}))
+		guard.Stop()
+		for _, lp := range bp[:np] {
+			nn := lp.Net
+			require.Equal(t, wire.DropNone, wire.ParseDatagram(lp.Buf, &nn, &p))
+			psns = append(psns, int(p.BTH.PSN()))
+		}
+	}
+	require.Equal(t, []int{0, 2}, psns)
+	require.Equal(t, uint64(1), b.Stats().RxTruncated)
+	require.Equal(t, uint64(2), b.Stats().RxPackets)
+}

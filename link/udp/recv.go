@@ -164,7 +164,9 @@ func (l *Link) Coalesces() bool { return l.gro }
 
 // TryRecvBulk is TryRecv into the caller's buffers (link.BulkReceiver):
 // recvmmsg writes each datagram, coalesced or not, into the next of bufs,
-// and its segments are handed out as slices of it, not copied. Segments
+// and its segments are handed out as slices of it, not copied. A segment
+// longer than link.MaxPacketSize is dropped and counted as RxTruncated,
+// as Recv drops one that does not fit the caller's buffer. Segments
 // left over from an earlier Recv or TryRecv are copied into the first
 // buffers, before anything new is read.
 func (l *Link) TryRecvBulk(bufs [][]byte, pkts []link.Packet, in []int) (int, int, error) {
@@ -211,11 +213,16 @@ func (l *Link) TryRecvBulk(bufs [][]byte, pkts []link.Packet, in []int) (int, in
 					trunc++ // more segments than the kernel coalesces
 					break
 				}
-				pkts[np] = link.Packet{Buf: b[off:min(off+seg, len(b))], Net: nt}
+				p := b[off:min(off+seg, len(b))]
+				if len(p) > link.MaxPacketSize {
+					trunc++ // no InfiniBand packet is this long
+					continue
+				}
+				pkts[np] = link.Packet{Buf: p, Net: nt}
 				in[np] = nb + i
 				np++
+				bytes += len(p)
 			}
-			bytes += len(b)
 		}
 		l.countRx(np-n0, bytes, trunc)
 		nb += r.got
@@ -255,6 +262,14 @@ func (l *Link) drainBulk(bufs [][]byte, pkts []link.Packet, in []int) (int, int)
 			end = p.off + p.seg
 		}
 		seg := r.bufs[p.buf*groBufSize+p.off : p.buf*groBufSize+end]
+		if len(seg) > link.MaxPacketSize {
+			p.off = end
+			if p.off >= p.end {
+				r.ph++
+			}
+			l.countRx(0, 0, 1) // no InfiniBand packet is this long
+			continue
+		}
 		if off+len(seg) > link.BulkBufSize {
 			nb, off = nb+1, 0
 			if nb == len(bufs) {
