@@ -271,3 +271,94 @@ func heapNow() runtime.MemStats {
 	runtime.ReadMemStats(&m)
 	return m
 }
+
+// BenchmarkRCSend64QPs is BenchmarkRCSend64 over 1 and 16 RC QP pairs:
+// 64-byte SENDs over UDP loopback (GSO and GRO on), 64 in flight in all,
+// posted round robin over the QPs (a QP whose SEND completes goes back
+// to the end of the round); each receive completion is answered by a new
+// receive on its QP. Reports messages/s.
+func BenchmarkRCSend64QPs(b *testing.B) {
+	for _, n := range []int{1, 16} {
+		b.Run("qps="+strconv.Itoa(n), func(b *testing.B) { benchSend64QPs(b, n) })
+	}
+}
+
+func benchSend64QPs(b *testing.B, n int) {
+	const depth, size = 64, 64
+	x, y := udpPairConfig(b, true, 4096, hca.Config{})
+	perQP := (depth + n - 1) / n
+	xcq, err := x.dev.CreateCQ(depth, x.ch, nil, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	x.cq = xcq
+	// Twice a QP's share of receives, so that a SEND never waits for one
+	// (y.cq holds 1024 completions: more than all the receives).
+	xs, ys := connectQPs(b, x, y, n, xcq, verbs.QPCap{MaxSendWR: uint32(perQP), MaxRecvWR: uint32(2 * perQP), MaxSendSGE: 1, MaxRecvSGE: 1})
+	yIndex := make(map[uint32]int, n)
+	rwr := &verbs.RecvWR{SGList: []verbs.SGE{y.mr.SGE(0, size)}}
+	for i, q := range ys {
+		yIndex[q.Num()] = i
+		for range 2 * perQP {
+			if _, err := q.PostRecv(rwr); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	ready := make([]int, perQP*n)
+	head, queued := 0, 0
+	push := func(i int) {
+		ready[(head+queued)%len(ready)] = i
+		queued++
+	}
+	for range perQP {
+		for i := range n {
+			push(i)
+		}
+	}
+	wr := &verbs.SendWR{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{x.mr.SGE(0, size)}}
+	wcs := make([]verbs.WC, 64)
+	inflight := 0
+	run := func(count int) {
+		posted, done := 0, 0
+		for done < count {
+			for posted < count && inflight < depth {
+				i := ready[head]
+				head = (head + 1) % len(ready)
+				queued--
+				wr.WRID = uint64(i)
+				if _, err := xs[i].PostSend(wr); err != nil {
+					b.Fatalf("qp %d: %v", i, err)
+				}
+				posted++
+				inflight++
+			}
+			k := x.pollWait(wcs)
+			for _, wc := range wcs[:k] {
+				if wc.Status != verbs.WCSuccess {
+					b.Fatalf("qp %d: %s", wc.WRID, wc.Status)
+				}
+				push(int(wc.WRID))
+			}
+			done += k
+			inflight -= k
+			r := y.cq.Poll(wcs)
+			for _, wc := range wcs[:r] {
+				if wc.Status != verbs.WCSuccess || wc.ByteLen != size {
+					b.Fatalf("receive on qp %d: %s, %d bytes", wc.QPNum, wc.Status, wc.ByteLen)
+				}
+				if _, err := ys[yIndex[wc.QPNum]].PostRecv(rwr); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	run(4 * depth)
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 := time.Now()
+	run(b.N)
+	el := time.Since(t0).Seconds()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/el, "msgs/s")
+}
