@@ -95,59 +95,14 @@ func benchWrite64KQPs(b *testing.B, n, depth int) {
 	xs, _ := connectQPs(b, x, y, n, xcq, verbs.QPCap{MaxSendWR: uint32(perQP), MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
 	setup := time.Since(start)
 
-	// ready is the round: a FIFO of the QPs that may take another WR,
-	// each once per free slot (perQP*n entries at most).
-	ready := make([]int, perQP*n)
-	head, queued := 0, 0
-	push := func(i int) {
-		ready[(head+queued)%len(ready)] = i
-		queued++
-	}
-	for range perQP {
-		for i := range n {
-			push(i)
-		}
-	}
 	wr := &verbs.SendWR{Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
 		SGList: []verbs.SGE{x.mr.SGE(0, size)}, RDMA: verbs.RDMAInfo{RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}
-	wcs := make([]verbs.WC, 64)
-	inflight := 0
-	// run posts and completes count WRs.
-	run := func(count int) {
-		posted, done := 0, 0
-		for done < count {
-			for posted < count && inflight < depth {
-				i := ready[head]
-				head = (head + 1) % len(ready)
-				queued--
-				wr.WRID = uint64(i)
-				if _, err := xs[i].PostSend(wr); err != nil {
-					b.Fatalf("qp %d: %v", i, err)
-				}
-				posted++
-				inflight++
-			}
-			k := x.pollWait(wcs)
-			for _, wc := range wcs[:k] {
-				if wc.Status != verbs.WCSuccess {
-					b.Fatalf("qp %d: %s", wc.WRID, wc.Status)
-				}
-				push(int(wc.WRID))
-			}
-			done += k
-			inflight -= k
-		}
-	}
+	rr := newRoundRobin(b, x, xs, wr, depth, perQP, nil)
 	// Warm-up: every QP sends at least once (its timers and windows are
 	// set up), and the timed part starts with the QPs idle.
-	run(max(2*n, 4*depth))
+	rr.run(max(2*n, 4*depth))
 	b.SetBytes(size)
-	b.ReportAllocs()
-	b.ResetTimer()
-	t0 := time.Now()
-	run(b.N)
-	el := time.Since(t0).Seconds()
-	b.StopTimer()
+	el := rr.timed()
 	b.ReportMetric(float64(b.N)*size*8/el/1e9, "Gbit/s")
 	b.ReportMetric(float64(setup.Microseconds())/1e3, "setup-ms") // after ResetTimer, which clears metrics
 	sx := x.dev.TransportStats()
@@ -305,60 +260,97 @@ func benchSend64QPs(b *testing.B, n int) {
 			}
 		}
 	}
-	ready := make([]int, perQP*n)
-	head, queued := 0, 0
-	push := func(i int) {
-		ready[(head+queued)%len(ready)] = i
-		queued++
-	}
-	for range perQP {
-		for i := range n {
-			push(i)
-		}
-	}
 	wr := &verbs.SendWR{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{x.mr.SGE(0, size)}}
-	wcs := make([]verbs.WC, 64)
-	inflight := 0
-	run := func(count int) {
-		posted, done := 0, 0
-		for done < count {
-			for posted < count && inflight < depth {
-				i := ready[head]
-				head = (head + 1) % len(ready)
-				queued--
-				wr.WRID = uint64(i)
-				if _, err := xs[i].PostSend(wr); err != nil {
-					b.Fatalf("qp %d: %v", i, err)
-				}
-				posted++
-				inflight++
+	ywcs := make([]verbs.WC, 64)
+	// After each poll of x's CQ, y's receives are completed and replaced.
+	rr := newRoundRobin(b, x, xs, wr, depth, perQP, func() {
+		r := y.cq.Poll(ywcs)
+		for _, wc := range ywcs[:r] {
+			if wc.Status != verbs.WCSuccess || wc.ByteLen != size {
+				b.Fatalf("receive on qp %d: %s, %d bytes", wc.QPNum, wc.Status, wc.ByteLen)
 			}
-			k := x.pollWait(wcs)
-			for _, wc := range wcs[:k] {
-				if wc.Status != verbs.WCSuccess {
-					b.Fatalf("qp %d: %s", wc.WRID, wc.Status)
-				}
-				push(int(wc.WRID))
-			}
-			done += k
-			inflight -= k
-			r := y.cq.Poll(wcs)
-			for _, wc := range wcs[:r] {
-				if wc.Status != verbs.WCSuccess || wc.ByteLen != size {
-					b.Fatalf("receive on qp %d: %s, %d bytes", wc.QPNum, wc.Status, wc.ByteLen)
-				}
-				if _, err := ys[yIndex[wc.QPNum]].PostRecv(rwr); err != nil {
-					b.Fatal(err)
-				}
+			if _, err := ys[yIndex[wc.QPNum]].PostRecv(rwr); err != nil {
+				b.Fatal(err)
 			}
 		}
+	})
+	rr.run(4 * depth)
+	b.ReportMetric(float64(b.N)/rr.timed(), "msgs/s")
+}
+
+// roundRobin posts copies of wr over a set of QPs of x, at most depth in
+// flight in all and perQP on each, round robin: the QPs that may take
+// another WR wait in a FIFO, and a QP whose WR completes goes to its
+// back. Every completion must be a success; after each poll of x's CQ,
+// after (if set) runs.
+type roundRobin struct {
+	b        *testing.B
+	x        *side
+	qps      []*hca.QP
+	wr       *verbs.SendWR
+	depth    int
+	after    func()
+	ready    []int // a ring: the QPs that may take another WR
+	head     int
+	queued   int
+	inflight int
+	wcs      []verbs.WC
+}
+
+func newRoundRobin(b *testing.B, x *side, qps []*hca.QP, wr *verbs.SendWR, depth, perQP int, after func()) *roundRobin {
+	r := &roundRobin{b: b, x: x, qps: qps, wr: wr, depth: depth, after: after,
+		ready: make([]int, perQP*len(qps)), wcs: make([]verbs.WC, 64)}
+	for range perQP {
+		for i := range qps {
+			r.push(i)
+		}
 	}
-	run(4 * depth)
-	b.ReportAllocs()
-	b.ResetTimer()
+	return r
+}
+
+func (r *roundRobin) push(i int) {
+	r.ready[(r.head+r.queued)%len(r.ready)] = i
+	r.queued++
+}
+
+// timed runs b.N WRs as the benchmark's timed part, allocations
+// reported, and returns how long they took in seconds.
+func (r *roundRobin) timed() float64 {
+	r.b.ReportAllocs()
+	r.b.ResetTimer()
 	t0 := time.Now()
-	run(b.N)
+	r.run(r.b.N)
 	el := time.Since(t0).Seconds()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/el, "msgs/s")
+	r.b.StopTimer()
+	return el
+}
+
+// run posts and completes count WRs.
+func (r *roundRobin) run(count int) {
+	posted, done := 0, 0
+	for done < count {
+		for posted < count && r.inflight < r.depth {
+			i := r.ready[r.head]
+			r.head = (r.head + 1) % len(r.ready)
+			r.queued--
+			r.wr.WRID = uint64(i)
+			if _, err := r.qps[i].PostSend(r.wr); err != nil {
+				r.b.Fatalf("qp %d: %v", i, err)
+			}
+			posted++
+			r.inflight++
+		}
+		k := r.x.pollWait(r.wcs)
+		for _, wc := range r.wcs[:k] {
+			if wc.Status != verbs.WCSuccess {
+				r.b.Fatalf("qp %d: %s", wc.WRID, wc.Status)
+			}
+			r.push(int(wc.WRID))
+		}
+		done += k
+		r.inflight -= k
+		if r.after != nil {
+			r.after()
+		}
+	}
 }
