@@ -43,6 +43,25 @@ type Packet struct {
 	// (its low two bits are the ECN field: 0b11 is a CE mark); the IPv4 ID
 	// is unknown (0) unless the link sees IP headers.
 	Net wire.Net
+	// Payload, when set, is the middle of the packet, sent from where it
+	// lies (a registered region) instead of from a copy in Buf: the
+	// packet is Buf[:PayloadAt], then Payload, then Buf[PayloadAt:]. Only
+	// a Gatherer's Send is given such packets; received packets never
+	// have one.
+	Payload   []byte
+	PayloadAt int
+}
+
+// Len returns the packet's length, Payload included.
+func (p *Packet) Len() int { return len(p.Buf) + len(p.Payload) }
+
+// Gatherer is a Link whose Send takes packets with a Payload apart from
+// Buf (link/udp: the payload is one more iovec of sendmsg, and the kernel
+// copies it from where it lies, without a copy in user space first).
+type Gatherer interface {
+	Link
+	// Gathers reports whether Send takes packets with a Payload.
+	Gathers() bool
 }
 
 // Link is a packet path between a device and its peers.

@@ -19,12 +19,27 @@ type Emitter interface {
 	Emit(n int, dst *wire.Net)
 }
 
+// GatherEmitter is an Emitter that also takes packets whose payload is
+// sent from where it lies (a registered region) instead of being copied
+// into the packet's buffer: the link gathers it (sendmsg iovecs).
+type GatherEmitter interface {
+	Emitter
+	// EmitGather queues a packet made of the first hdr bytes of the
+	// buffer the last Buffer call returned (BTH and extension headers),
+	// then payload, then the next tail bytes of that buffer (pad and
+	// ICRC), for the IP and UDP fields dst. payload must stay as it is
+	// until the scheduler's turn ends: the batch is sent within it.
+	EmitGather(hdr int, payload []byte, tail int, dst *wire.Net)
+}
+
 // Memory is registered memory as the transport reaches it: Lookup returns
 // the n bytes at virtual address va of the region whose key is key,
 // provided the region belongs to protection domain pd, holds the whole
 // range and grants every right in need (0 for a local read); otherwise
-// false. The slice may be used until the protocol call returns; the
-// scheduler's Quiesce is what makes a deregistration wait for it.
+// false. The slice may be used until the protocol call returns, or, given
+// to a GatherEmitter, until the scheduler's turn ends (the packets it
+// went into are sent within the turn); the scheduler's Quiesce is what
+// makes a deregistration wait for it.
 type Memory interface {
 	Lookup(key, pd uint32, va uint64, n uint32, need verbs.AccessFlags) ([]byte, bool)
 }
@@ -54,10 +69,14 @@ type RecvQueue interface {
 // state: the time, where packets go, registered memory, the counters,
 // and how much Run may build.
 type Env struct {
-	Now   time.Time
-	Out   Emitter
-	Mem   Memory
-	Stats *Counters
+	Now time.Time
+	Out Emitter
+	// Gather is Out when the link sends payloads from where they lie
+	// (link.Gatherer); nil otherwise, and then every packet is built
+	// whole in Out's buffer.
+	Gather GatherEmitter
+	Mem    Memory
+	Stats  *Counters
 	// CC is the device's congestion state (its configuration and device
 	// window); nil takes the defaults with no device window.
 	CC *Congestion

@@ -129,6 +129,9 @@ type sent struct {
 	raw []byte
 	dst wire.Net
 	p   wire.Packet
+	// inPlace is the payload slice of a packet emitted with EmitGather
+	// (sent from where it lies); nil for a packet built whole.
+	inPlace []byte
 }
 
 func (s *sent) op() wire.OpCode { return s.p.BTH.OpCode() }
@@ -167,7 +170,22 @@ func (r *recorder) Buffer() []byte {
 
 func (r *recorder) Emit(n int, dst *wire.Net) {
 	r.t.Helper()
-	s := sent{raw: bytes.Clone(r.buf[:n]), dst: *dst}
+	r.record(sent{raw: bytes.Clone(r.buf[:n]), dst: *dst})
+}
+
+// EmitGather (GatherEmitter) records the packet as the link would send
+// it: the headers, the payload where it lies, then the pad and ICRC.
+func (r *recorder) EmitGather(hdr int, payload []byte, tail int, dst *wire.Net) {
+	r.t.Helper()
+	raw := append(append(bytes.Clone(r.buf[:hdr]), payload...), r.buf[hdr:hdr+tail]...)
+	r.record(sent{raw: raw, dst: *dst, inPlace: payload})
+}
+
+// record checks an emitted packet and keeps it.
+func (r *recorder) record(s sent) {
+	r.t.Helper()
+	n := len(s.raw)
+	dst := &s.dst
 	if d := wire.ParseTransport(s.raw, &s.p); d != wire.DropNone {
 		r.t.Fatalf("emitted packet does not parse: %v (% x)", d, s.raw)
 	}
@@ -236,6 +254,8 @@ type qpt struct {
 	// cc is the device's congestion state (nil: the defaults, no device
 	// window).
 	cc *Congestion
+	// gather: the emitter takes payloads where they lie (Env.Gather).
+	gather bool
 
 	src, dst, mem0 []byte // the regions lkeySrc, lkeyDst, rkeyMem
 }
@@ -290,7 +310,11 @@ func newQPTSized(t testing.TB, p Params, size int) *qpt {
 func newRC(t testing.TB) *qpt { return newQPT(t, defaultParams(verbs.QPTypeRC)) }
 
 func (h *qpt) env() *Env {
-	return &Env{Now: h.now, Out: h.out, Mem: h.mem, Stats: h.stats, Budget: h.budget, CC: h.cc}
+	env := &Env{Now: h.now, Out: h.out, Mem: h.mem, Stats: h.stats, Budget: h.budget, CC: h.cc}
+	if h.gather {
+		env.Gather = h.out
+	}
+	return env
 }
 
 // fullWindow starts the QP's congestion window at the 128 PSNs IBTA

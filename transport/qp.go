@@ -142,6 +142,11 @@ func (q *QP) Counters() QPCounters { return q.counts }
 // counts it.
 func (q *QP) emit(env *Env, size int, dst *wire.Net) {
 	env.Out.Emit(size, dst)
+	q.counted(size)
+}
+
+// counted counts a packet of size bytes the QP sent.
+func (q *QP) counted(size int) {
 	q.counts.TxPackets++
 	q.counts.TxBytes += uint64(size)
 }

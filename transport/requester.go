@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/softhca/softhca/verbs"
@@ -407,13 +408,24 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE, stops bool) bool {
 	}
 	buf := env.Out.Buffer()
 	hl := h.Encode(buf, int(payload))
-	if !gather(env.Mem, q.P.PD, w, r.off, buf[hl:hl+int(payload)]) {
-		r.fail(w, verbs.WCLocProtErr)
-		return false
-	}
 	size := h.PacketLen(int(payload))
-	wire.Seal(dst, buf[:size])
-	q.emit(env, size, dst)
+	if b := r.inPlace(q, env, w, payload); b != nil {
+		// The payload leaves from the region: only the headers, the
+		// pad and the ICRC are written here.
+		tail := size - hl - len(b)
+		pad := tail - wire.ICRCSize
+		clear(buf[hl : hl+pad])
+		binary.LittleEndian.PutUint32(buf[hl+pad:], wire.ICRCGather(dst, buf[:hl], b, pad))
+		env.Gather.EmitGather(hl, b, tail, dst)
+		q.counted(size)
+	} else {
+		if !gather(env.Mem, q.P.PD, w, r.off, buf[hl:hl+int(payload)]) {
+			r.fail(w, verbs.WCLocProtErr)
+			return false
+		}
+		wire.Seal(dst, buf[:size])
+		q.emit(env, size, dst)
+	}
 	env.spend(size)
 	q.rate.sent(env, size)
 
@@ -442,6 +454,39 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE, stops bool) bool {
 		r.maxPSN = r.psn
 	}
 	return true
+}
+
+// gatherMin is the smallest payload a requester sends from where it lies
+// (Env.Gather) rather than copying it: below it, the copy costs less than
+// the link's extra iovec.
+const gatherMin = 1024
+
+// inPlace returns the payload of the packet about to be built (payload
+// bytes at the requester's offset in w's message) as one slice of
+// registered memory, to be sent from where it lies: when the link can
+// (Env.Gather), the payload is large enough (gatherMin) and lies within
+// one SGE whose lookup succeeds. Otherwise nil: the packet is built
+// whole, and a failed lookup is reported there.
+func (r *Requester) inPlace(q *QP, env *Env, w *SendWQE, payload uint32) []byte {
+	if env.Gather == nil || payload < gatherMin || w.WR.SendFlags&verbs.SendInline != 0 {
+		return nil
+	}
+	off := r.off
+	for _, sge := range w.SGL {
+		if off >= sge.Length {
+			off -= sge.Length
+			continue
+		}
+		if sge.Length-off < payload {
+			return nil // the packet spans SGEs
+		}
+		b, ok := env.Mem.Lookup(sge.LKey, q.P.PD, sge.Addr+uint64(off), payload, 0)
+		if !ok {
+			return nil
+		}
+		return b
+	}
+	return nil
 }
 
 // opcodeFor returns the opcode of a packet of a send WQE at a position

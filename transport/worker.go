@@ -160,6 +160,8 @@ type worker struct {
 	// inlineBytes counts the bytes it built.
 	inline      bool
 	inlineBytes int
+	// traceBuf assembles packets sent in parts for Config.Trace.
+	traceBuf []byte
 	// devWaiters are the QPs the device window stopped, in the order
 	// they stopped (FIFO: each gets its turn at the room); devTimer is a
 	// backstop that has the worker look at them again after
@@ -179,6 +181,9 @@ func newWorker(e *Engine, index, queueLen int) *worker {
 	w := &worker{e: e, notify: make(chan struct{}, 1), rxq: make([]pktEvent, queueLen),
 		batch: make([]pktEvent, 0, queueLen), freed: make([]*rxBuf, 0, rxBatchLen)}
 	w.turn = Turn{w: w, env: Env{Out: w, Mem: e.cfg.Mem, Stats: &e.c, CC: e.cc, CCShard: index}}
+	if g, ok := e.cfg.Link.(link.Gatherer); ok && g.Gathers() {
+		w.turn.env.Gather = w
+	}
 	w.txBufs = make([][]byte, txBatch)
 	for i := range w.txBufs {
 		w.txBufs[i] = make([]byte, link.MaxPacketSize)
@@ -659,6 +664,34 @@ func (w *worker) Emit(n int, dst *wire.Net) {
 	w.inlineBytes += n
 }
 
+// trace hands a sent packet to Config.Trace whole: one whose payload lies
+// apart (EmitGather) is assembled in a scratch buffer first.
+func (w *worker) trace(p *link.Packet) {
+	if len(p.Payload) == 0 {
+		w.e.cfg.Trace(Sent, p)
+		return
+	}
+	if w.traceBuf == nil {
+		w.traceBuf = make([]byte, 0, link.MaxPacketSize)
+	}
+	b := append(append(append(w.traceBuf[:0], p.Buf[:p.PayloadAt]...), p.Payload...), p.Buf[p.PayloadAt:]...)
+	whole := link.Packet{Buf: b, Net: p.Net}
+	w.e.cfg.Trace(Sent, &whole)
+}
+
+// EmitGather queues a packet whose payload is sent from where it lies
+// (GatherEmitter): the headers and the tail are in Buffer's buffer. Only
+// a requester builds such packets, in Run, which runs within finishBatch;
+// finishBatch ends with flush, so a region's bytes never wait in the batch
+// beyond the turn that Quiesce and Detach wait for.
+func (w *worker) EmitGather(hdr int, payload []byte, tail int, dst *wire.Net) {
+	b := w.txBufs[len(w.tx)][:hdr+tail]
+	w.tx = append(w.tx, link.Packet{Buf: b, Net: *dst, Payload: payload, PayloadAt: hdr})
+	n := hdr + len(payload) + tail
+	w.txBytes += n
+	w.inlineBytes += n
+}
+
 // flush sends the queued packets.
 func (w *worker) flush() {
 	if len(w.tx) == 0 {
@@ -666,11 +699,12 @@ func (w *worker) flush() {
 	}
 	if w.e.cfg.Trace != nil {
 		for i := range w.tx {
-			w.e.cfg.Trace(Sent, &w.tx[i])
+			w.trace(&w.tx[i])
 		}
 	}
 	w.e.c.Tx.Add(uint64(len(w.tx)))
 	_ = w.e.cfg.Link.Send(w.tx)
+	clear(w.tx) // no reference to a region's bytes outlives the batch
 	w.tx = w.tx[:0]
 	w.txBytes = 0
 }

@@ -41,6 +41,24 @@ func ICRC(n *Net, ib []byte) uint32 {
 	return crc32.Update(c, crc32.IEEETable, ib[BTHSize:])
 }
 
+// ICRCGather is ICRC for a packet held in parts: hdr (BTH and extension
+// headers), then payload, then pad zero bytes (0-3). It lets a sender
+// compute the ICRC over a payload that is sent from where it lies.
+func ICRCGather(n *Net, hdr, payload []byte, pad int) uint32 {
+	var ph [pseudoHeaderMax]byte
+	k := putPseudoHeader(ph[:], n, len(hdr)+len(payload)+pad+ICRCSize)
+	copy(ph[k:], hdr[:BTHSize])
+	ph[k+bthFB] = 0xff
+	c := crcSmall(icrcLRH, ph[:k+BTHSize])
+	c = crc32.Update(c, crc32.IEEETable, hdr[BTHSize:])
+	c = crc32.Update(c, crc32.IEEETable, payload)
+	return crc32.Update(c, crc32.IEEETable, zeroPad[:pad&3])
+}
+
+// zeroPad is the pad bytes ICRCGather checksums: a package array, so that
+// passing it to crc32.Update does not allocate.
+var zeroPad [3]byte
+
 // crcSmall is crc32.Update for the few bytes of the pseudo-header (40
 // for IPv4, 60 for IPv6). It cannot be crc32.Update itself, because that
 // dispatches through a function value, which makes any buffer passed to it

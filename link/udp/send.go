@@ -47,11 +47,22 @@ func (t *txState) init(batch int) {
 	t.meta = make([]txMeta, batch)
 	t.names = make([]unix.RawSockaddrInet6, batch)
 	t.ctrl = make([]byte, batch*ctrlSize)
-	// A GSO run of k packets takes up to 2k iovecs (body and rewritten
-	// ICRC); a full run must fit whatever the batch size.
-	niov := max(4*batch, 2*gsoMaxSegs)
+	// A GSO run of k packets takes up to 4k iovecs (headers, payload,
+	// pad and rewritten ICRC); a full run must fit whatever the batch
+	// size.
+	niov := max(4*batch, 4*gsoMaxSegs)
 	t.iovs = make([]unix.Iovec, niov)
 	t.icrc = make([]byte, 4*niov)
+}
+
+// Gathers reports that Send takes packets with a Payload apart from Buf
+// (link.Gatherer): the payload is an iovec of its own.
+func (l *Link) Gathers() bool { return true }
+
+// payloadOK reports whether a packet's Payload, if it has one, has a
+// place in its Buf after the headers.
+func payloadOK(p *link.Packet) bool {
+	return len(p.Payload) == 0 || (p.PayloadAt > 0 && p.PayloadAt <= len(p.Buf))
 }
 
 // Send transmits the packets in order. Packets the link cannot send
@@ -93,10 +104,10 @@ func (l *Link) build(pkts []link.Packet, i int) int {
 	gso := l.gso.Load()
 	for i < len(pkts) && t.n < len(t.msgs) && t.niov < len(t.iovs) {
 		p := &pkts[i]
-		seg := len(p.Buf)
+		seg := p.Len()
 		sa := &t.names[t.n]
 		namelen, v4 := l.putDst(sa, p.Net.Dst, p.Net.DstPort)
-		if namelen == 0 || seg == 0 || seg > maxUDPPayload {
+		if namelen == 0 || seg == 0 || seg > maxUDPPayload || !payloadOK(p) {
 			dropped++
 			i++
 			continue
@@ -108,10 +119,10 @@ func (l *Link) build(pkts []link.Packet, i int) int {
 		// the last possibly shorter.
 		j, total := i+1, seg
 		if gso && 2*seg <= gsoMaxBytes {
-			for j < len(pkts) && j-i < gsoMaxSegs && t.niov+2*(j-i+1) <= len(t.iovs) {
+			for j < len(pkts) && j-i < gsoMaxSegs && t.niov+4*(j-i+1) <= len(t.iovs) {
 				q := &pkts[j]
-				ql := len(q.Buf)
-				if ql == 0 || ql > seg || total+ql > gsoMaxBytes ||
+				ql := q.Len()
+				if ql == 0 || ql > seg || total+ql > gsoMaxBytes || !payloadOK(q) ||
 					q.Net.Dst != p.Net.Dst || q.Net.DstPort != p.Net.DstPort ||
 					(usePktinfo && q.Net.Src != src) {
 					break
@@ -127,11 +138,23 @@ func (l *Link) build(pkts []link.Packet, i int) int {
 
 		iov0 := t.niov
 		for k := range count {
-			b := pkts[i+k].Buf
+			q := &pkts[i+k]
+			b, n := q.Buf, q.Len()
+			if len(q.Payload) > 0 {
+				// The headers, then the payload where it lies; the
+				// rest of Buf (pad and ICRC) follows.
+				setIov(&t.iovs[t.niov], b[:q.PayloadAt])
+				setIov(&t.iovs[t.niov+1], q.Payload)
+				t.niov += 2
+				b = b[q.PayloadAt:]
+				if len(b) == 0 {
+					continue
+				}
+			}
 			if k > 0 && v4 && len(b) >= 4 {
 				// Segment k leaves with IP ID k: rewrite its ICRC.
 				body := len(b) - 4
-				c := binary.LittleEndian.Uint32(b[body:]) ^ t.ids.delta(len(b), k)
+				c := binary.LittleEndian.Uint32(b[body:]) ^ t.ids.delta(n, k)
 				slot := t.icrc[4*nicrc : 4*nicrc+4]
 				nicrc++
 				binary.LittleEndian.PutUint32(slot, c)

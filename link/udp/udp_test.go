@@ -1,6 +1,8 @@
 package udp_test
 
 import (
+	"bytes"
+	"fmt"
 	"net/netip"
 	"os"
 	"runtime"
@@ -515,4 +517,51 @@ func TestSocketDrops(t *testing.T) {
 	require.LessOrEqual(t, read+dropped, uint64(sent))
 	require.NoError(t, b.Close())
 	require.Equal(t, dropped, b.Stats().RxSocketDropped, "the count after Close")
+}
+
+// TestSendPayload: a packet whose payload lies apart from its Buf
+// (link.Gatherer) leaves as the same datagram as the whole packet, alone
+// or in a GSO run (whose segments' ICRCs are rewritten for their IPv4
+// IDs), IPv4 and IPv6; one whose payload has no place in its Buf is
+// dropped and counted.
+func TestSendPayload(t *testing.T) {
+	t.Parallel()
+	for _, fam := range []netip.AddrPort{lo4, lo6} {
+		for _, gso := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/gso=%v", fam.Addr(), gso), func(t *testing.T) {
+				t.Parallel()
+				a := open(t, udp.Config{Addr: fam, GSO: gso})
+				b := open(t, udp.Config{Addr: fam, GRO: gso})
+				require.True(t, a.Gathers())
+				n := netFor(t, a, b)
+				var whole, split []link.Packet
+				for i := range 20 {
+					p := sized(&n, 5, i, 1500)
+					if i == 19 {
+						p = sized(&n, 5, i, 1100) // a shorter last segment
+					}
+					whole = append(whole, p)
+					// Headers (the 12-byte BTH) in Buf, the payload apart,
+					// the ICRC after it in Buf.
+					body := len(p.Buf) - wire.ICRCSize
+					buf := append(bytes.Clone(p.Buf[:wire.BTHSize]), p.Buf[body:]...)
+					split = append(split, link.Packet{Buf: buf, Net: p.Net,
+						Payload: bytes.Clone(p.Buf[wire.BTHSize:body]), PayloadAt: wire.BTHSize})
+				}
+				bad := split[0]
+				bad.PayloadAt = len(bad.Buf) + 1
+				require.NoError(t, a.Send(append(split, bad)))
+				require.Equal(t, uint64(1), a.Stats().TxDropped)
+				out := receive(t, b, len(whole), 64)
+				for i, g := range out {
+					require.Equal(t, i, g.psn)
+					require.Equal(t, len(whole[i].Buf), g.size)
+					checkPayload(t, g)
+					if fam.Addr().Is4() && gso {
+						require.Equal(t, uint16(i%20), g.id, "segment %d's ICRC is for its IP ID", i)
+					}
+				}
+			})
+		}
+	}
 }
