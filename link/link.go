@@ -16,6 +16,13 @@
 // Packet.Buf must have capacity for MaxPacketSize bytes) and is called by
 // one goroutine at a time. Close makes a blocked Recv return
 // net.ErrClosed and releases every goroutine the link started.
+//
+// Two optional interfaces save a copy each way. A BulkReceiver (link/udp
+// with GRO) reads whole coalesced datagrams into large buffers its caller
+// lends it and hands the packets out as views of them; the caller decides
+// when a buffer is free again. A Gatherer's Send (link/udp) takes packets
+// whose Payload lies apart from Buf, where the caller keeps it (a
+// registered region), and is done with it when Send returns.
 package link
 
 import (
