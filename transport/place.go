@@ -39,6 +39,32 @@ func gather(mem Memory, pd uint32, w *SendWQE, off uint32, dst []byte) bool {
 	return len(dst) == 0
 }
 
+// inPlace returns the n bytes at offset off of w's message as one slice
+// of registered memory, to be sent from where they lie (Env.Gather): when
+// they lie within one SGE of a WR that is not inline, and the lookup
+// succeeds. Otherwise nil: gather copies them, and reports a failed
+// lookup.
+func inPlace(mem Memory, pd uint32, w *SendWQE, off, n uint32) []byte {
+	if w.WR.SendFlags&verbs.SendInline != 0 {
+		return nil
+	}
+	for _, sge := range w.SGL {
+		if off >= sge.Length {
+			off -= sge.Length
+			continue
+		}
+		if sge.Length-off < n {
+			return nil // the bytes span SGEs
+		}
+		b, ok := mem.Lookup(sge.LKey, pd, sge.Addr+uint64(off), n, 0)
+		if !ok {
+			return nil
+		}
+		return b
+	}
+	return nil
+}
+
 // scatterResult is the outcome of placing bytes into a scatter list.
 type scatterResult uint8
 

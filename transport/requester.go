@@ -409,7 +409,14 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE, stops bool) bool {
 	buf := env.Out.Buffer()
 	hl := h.Encode(buf, int(payload))
 	size := h.PacketLen(int(payload))
-	if b := r.inPlace(q, env, w, payload); b != nil {
+	var b []byte
+	if env.Gather != nil && payload >= gatherMin && q.P.Type == verbs.QPTypeRC {
+		// Only RC: a UC or UD send completes as its last packet is
+		// built, before the batch leaves, and its application may then
+		// reuse the buffer; an RC send completes on its ACK.
+		b = inPlace(env.Mem, q.P.PD, w, r.off, payload)
+	}
+	if b != nil {
 		// The payload leaves from the region: only the headers, the
 		// pad and the ICRC are written here.
 		tail := size - hl - len(b)
@@ -460,34 +467,6 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE, stops bool) bool {
 // (Env.Gather) rather than copying it: below it, the copy costs less than
 // the link's extra iovec.
 const gatherMin = 1024
-
-// inPlace returns the payload of the packet about to be built (payload
-// bytes at the requester's offset in w's message) as one slice of
-// registered memory, to be sent from where it lies: when the link can
-// (Env.Gather), the payload is large enough (gatherMin) and lies within
-// one SGE whose lookup succeeds. Otherwise nil: the packet is built
-// whole, and a failed lookup is reported there.
-func (r *Requester) inPlace(q *QP, env *Env, w *SendWQE, payload uint32) []byte {
-	if env.Gather == nil || payload < gatherMin || w.WR.SendFlags&verbs.SendInline != 0 {
-		return nil
-	}
-	off := r.off
-	for _, sge := range w.SGL {
-		if off >= sge.Length {
-			off -= sge.Length
-			continue
-		}
-		if sge.Length-off < payload {
-			return nil // the packet spans SGEs
-		}
-		b, ok := env.Mem.Lookup(sge.LKey, q.P.PD, sge.Addr+uint64(off), payload, 0)
-		if !ok {
-			return nil
-		}
-		return b
-	}
-	return nil
-}
 
 // opcodeFor returns the opcode of a packet of a send WQE at a position
 // in its message (IBTA 9.2, table 38).

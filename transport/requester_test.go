@@ -670,3 +670,28 @@ func TestRequesterInPlace(t *testing.T) {
 	require.Len(t, pkts, 1)
 	require.Nil(t, pkts[0].inPlace)
 }
+
+// TestRequesterInPlaceOnlyRC: a UC or UD send completes when its last
+// packet is built, before the batch leaves, and the application may then
+// reuse or free its buffer; so their payloads are copied even when the
+// emitter could take them where they lie. (An RC send completes on its
+// ACK, after the packet has left.)
+func TestRequesterInPlaceOnlyRC(t *testing.T) {
+	for _, typ := range []verbs.QPType{verbs.QPTypeUC, verbs.QPTypeUD} {
+		p := defaultParams(typ)
+		p.MTU = 4096
+		h := newQPT(t, p)
+		h.gather = true
+		w := sendWR(1, 0, 4096)
+		if typ == verbs.QPTypeUD {
+			w.WR.UD = verbs.UDInfo{RemoteQPN: testPeerQPN, RemoteQKey: testQKey}
+			w.Dst = p.Path
+		}
+		h.post(w)
+		_, pkts := h.run()
+		require.Len(t, pkts, 1, "%v", typ)
+		require.True(t, pkts[0].inPlace == nil, "%v: the payload is copied, not sent from the region", typ)
+		require.Equal(t, h.src[:4096], pkts[0].p.Payload)
+		require.Len(t, h.scq.wcs, 1, "%v completes when the packet is built", typ)
+	}
+}
