@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/softhca/softhca/internal/clock"
+	"github.com/softhca/softhca/internal/ring"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/wire"
 )
@@ -163,10 +164,11 @@ type worker struct {
 	// traceBuf assembles packets sent in parts for Config.Trace.
 	traceBuf []byte
 	// devWaiters are the QPs the device window stopped, in the order
-	// they stopped (FIFO: each gets its turn at the room); devTimer is a
-	// backstop that has the worker look at them again after
-	// devWaitBackstop, armed while there are any (devTimerAt).
-	devWaiters []*Handle
+	// they stopped (FIFO: each gets its turn at the room; a ring that
+	// grows when full, a QP at most once); devTimer is a backstop that
+	// has the worker look at them again after devWaitBackstop, armed
+	// while there are any (devTimerAt).
+	devWaiters ring.Ring[*Handle]
 	devTimer   clock.Timer
 	devTimerAt time.Time
 }
@@ -499,8 +501,11 @@ func (w *worker) apply(h *Handle, res Result) {
 	}
 	if res.DeviceWait && !h.devWait && !h.detached {
 		h.devWait = true
-		w.devWaiters = append(w.devWaiters, h)
-		w.devWaiting.Store(int32(len(w.devWaiters)))
+		if w.devWaiters.Full() {
+			w.devWaiters.Resize(max(16, 2*w.devWaiters.Cap()))
+		}
+		w.devWaiters.Push(h)
+		w.devWaiting.Store(int32(w.devWaiters.Len()))
 	}
 	w.setDeadline(h, res.Deadline)
 }
@@ -575,14 +580,14 @@ func (w *worker) runQP(h *Handle) {
 // worker), the worker kicks itself for another round, and while any wait
 // the backstop timer is armed.
 func (w *worker) runDeviceWaiters() {
-	if len(w.devWaiters) == 0 {
+	if w.devWaiters.Len() == 0 {
 		return
 	}
-	for tries := len(w.devWaiters); tries > 0 && len(w.devWaiters) > 0 && w.e.cc.room() > 0; tries-- {
-		h := w.devWaiters[0]
-		copy(w.devWaiters, w.devWaiters[1:])
-		w.devWaiters[len(w.devWaiters)-1] = nil
-		w.devWaiters = w.devWaiters[:len(w.devWaiters)-1]
+	for tries := w.devWaiters.Len(); tries > 0 && w.e.cc.room() > 0; tries-- {
+		h, ok := w.devWaiters.Pop()
+		if !ok {
+			break
+		}
 		h.devWait = false
 		if h.detached {
 			continue
@@ -592,8 +597,8 @@ func (w *worker) runDeviceWaiters() {
 		}
 		w.runQP(h) // a QP stopped again goes to the back (apply)
 	}
-	w.devWaiting.Store(int32(len(w.devWaiters)))
-	if len(w.devWaiters) == 0 {
+	w.devWaiting.Store(int32(w.devWaiters.Len()))
+	if w.devWaiters.Len() == 0 {
 		return
 	}
 	if w.e.cc.room() > 0 {
