@@ -33,23 +33,25 @@ const pseudoHeaderMax = IPv6HeaderSize + UDPHeaderSize + BTHSize
 // describes. The fields the ICRC masks (traffic class, hop limit, flow
 // label, checksums) do not matter. ib must hold at least a BTH.
 func ICRC(n *Net, ib []byte) uint32 {
+	return crc32.Update(icrcPrefix(n, len(ib)+ICRCSize, ib), crc32.IEEETable, ib[BTHSize:])
+}
+
+// icrcPrefix returns the ICRC state after the masked LRH, IP and UDP
+// headers and BTH of a packet of ibLen bytes (BTH through ICRC) whose BTH
+// is bth[:BTHSize].
+func icrcPrefix(n *Net, ibLen int, bth []byte) uint32 {
 	var ph [pseudoHeaderMax]byte
-	k := putPseudoHeader(ph[:], n, len(ib)+ICRCSize)
-	copy(ph[k:], ib[:BTHSize])
+	k := putPseudoHeader(ph[:], n, ibLen)
+	copy(ph[k:], bth[:BTHSize])
 	ph[k+bthFB] = 0xff
-	c := crcSmall(icrcLRH, ph[:k+BTHSize])
-	return crc32.Update(c, crc32.IEEETable, ib[BTHSize:])
+	return crcSmall(icrcLRH, ph[:k+BTHSize])
 }
 
 // ICRCGather is ICRC for a packet held in parts: hdr (BTH and extension
-// headers), then payload, then pad zero bytes (0-3). It lets a sender
+// headers), then payload, then pad zero bytes (0-3, as BTH's pad count). It lets a sender
 // compute the ICRC over a payload that is sent from where it lies.
 func ICRCGather(n *Net, hdr, payload []byte, pad int) uint32 {
-	var ph [pseudoHeaderMax]byte
-	k := putPseudoHeader(ph[:], n, len(hdr)+len(payload)+pad+ICRCSize)
-	copy(ph[k:], hdr[:BTHSize])
-	ph[k+bthFB] = 0xff
-	c := crcSmall(icrcLRH, ph[:k+BTHSize])
+	c := icrcPrefix(n, len(hdr)+len(payload)+pad+ICRCSize, hdr)
 	c = crc32.Update(c, crc32.IEEETable, hdr[BTHSize:])
 	c = crc32.Update(c, crc32.IEEETable, payload)
 	return crc32.Update(c, crc32.IEEETable, zeroPad[:pad&3])
