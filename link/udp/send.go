@@ -47,13 +47,16 @@ func (t *txState) init(batch int) {
 	t.meta = make([]txMeta, batch)
 	t.names = make([]unix.RawSockaddrInet6, batch)
 	t.ctrl = make([]byte, batch*ctrlSize)
-	// A GSO run of k packets takes up to 4k iovecs (headers, payload,
-	// pad and rewritten ICRC); a full run must fit whatever the batch
-	// size.
-	niov := max(4*batch, 4*gsoMaxSegs)
+	// A GSO run of k packets takes up to packetIovs*k iovecs; a full run
+	// must fit whatever the batch size.
+	niov := max(packetIovs*batch, packetIovs*gsoMaxSegs)
 	t.iovs = make([]unix.Iovec, niov)
 	t.icrc = make([]byte, 4*niov)
 }
+
+// packetIovs is the most iovecs one packet takes: its headers, its
+// Payload, its pad and its ICRC rewritten for a GSO segment's IPv4 ID.
+const packetIovs = 4
 
 // Gathers reports that Send takes packets with a Payload apart from Buf
 // (link.Gatherer): the payload is an iovec of its own.
@@ -102,7 +105,7 @@ func (l *Link) build(pkts []link.Packet, i int) int {
 	nicrc := 0
 	var dropped uint64
 	gso := l.gso.Load()
-	for i < len(pkts) && t.n < len(t.msgs) && t.niov < len(t.iovs) {
+	for i < len(pkts) && t.n < len(t.msgs) && t.niov+packetIovs <= len(t.iovs) {
 		p := &pkts[i]
 		seg := p.Len()
 		sa := &t.names[t.n]
@@ -119,7 +122,7 @@ func (l *Link) build(pkts []link.Packet, i int) int {
 		// the last possibly shorter.
 		j, total := i+1, seg
 		if gso && 2*seg <= gsoMaxBytes {
-			for j < len(pkts) && j-i < gsoMaxSegs && t.niov+4*(j-i+1) <= len(t.iovs) {
+			for j < len(pkts) && j-i < gsoMaxSegs && t.niov+packetIovs*(j-i+1) <= len(t.iovs) {
 				q := &pkts[j]
 				ql := q.Len()
 				if ql == 0 || ql > seg || total+ql > gsoMaxBytes || !payloadOK(q) ||

@@ -565,3 +565,27 @@ func TestSendPayload(t *testing.T) {
 		}
 	}
 }
+
+// TestSendPayloadManyIovecs: one Send of more packets with a Payload
+// than one sendmmsg's iovecs hold (each takes three or four) is split
+// over several, and every packet arrives: a packet never starts where
+// its iovecs would not fit.
+func TestSendPayloadManyIovecs(t *testing.T) {
+	t.Parallel()
+	a := open(t, udp.Config{Addr: lo4, GSO: true})
+	b := open(t, udp.Config{Addr: lo4, GRO: true, BatchSize: 64})
+	n := netFor(t, a, b)
+	var split []link.Packet
+	for i := range 150 {
+		p := sized(&n, 6, i, 1128) // 1100-byte payloads: runs of 57 packets
+		body := len(p.Buf) - wire.ICRCSize
+		split = append(split, link.Packet{Buf: append(bytes.Clone(p.Buf[:wire.BTHSize]), p.Buf[body:]...), Net: p.Net,
+			Payload: bytes.Clone(p.Buf[wire.BTHSize:body]), PayloadAt: wire.BTHSize})
+	}
+	require.NoError(t, a.Send(split))
+	out := receive(t, b, len(split), 64)
+	for i, g := range out {
+		require.Equal(t, i, g.psn)
+		checkPayload(t, g)
+	}
+}
