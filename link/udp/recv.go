@@ -254,44 +254,64 @@ func (l *Link) restoreIovs(n int) {
 // Preconditions: l.rx.mu is held.
 func (l *Link) drainBulk(bufs [][]byte, pkts []link.Packet, in []int) (int, int) {
 	r := &l.rx
-	nb, np, off := 0, 0, 0
-	for r.ph < r.pn && np < len(pkts) {
-		p := &r.pend[r.ph]
-		end := p.end
-		if p.seg > 0 && p.off+p.seg < end {
-			end = p.off + p.seg
+	nb, np, off, bytes, trunc := 0, 0, 0, 0, 0
+	for np < len(pkts) {
+		seg, p := r.nextPending()
+		if p == nil {
+			break
 		}
-		seg := r.bufs[p.buf*groBufSize+p.off : p.buf*groBufSize+end]
 		if len(seg) > link.MaxPacketSize {
-			p.off = end
-			if p.off >= p.end {
-				r.ph++
-			}
-			l.countRx(0, 0, 1) // no InfiniBand packet is this long
+			r.takePending(p, len(seg))
+			trunc++ // no InfiniBand packet is this long
 			continue
 		}
 		if off+len(seg) > link.BulkBufSize {
-			nb, off = nb+1, 0
-			if nb == len(bufs) {
-				return nb, np
+			if nb+1 == len(bufs) {
+				break // every buffer is full
 			}
+			nb, off = nb+1, 0
 		}
-		p.off = end
-		if p.off >= p.end {
-			r.ph++
-		}
+		r.takePending(p, len(seg))
 		dst := bufs[nb][off : off+len(seg)]
 		copy(dst, seg)
 		pkts[np] = link.Packet{Buf: dst, Net: p.net}
 		in[np] = nb
 		np++
 		off += len(seg)
-		l.countRx(1, len(seg), 0)
+		bytes += len(seg)
 	}
-	if np > 0 && off > 0 {
+	if off > 0 {
 		nb++
 	}
+	l.countRx(np, bytes, trunc)
 	return nb, np
+}
+
+// nextPending returns the next segment an earlier read left pending and
+// the datagram it is in, or nil, nil when none is.
+//
+// Preconditions: l.rx.mu is held.
+func (r *rxState) nextPending() ([]byte, *rxPending) {
+	if r.ph >= r.pn {
+		return nil, nil
+	}
+	p := &r.pend[r.ph]
+	end := p.end
+	if p.seg > 0 && p.off+p.seg < end {
+		end = p.off + p.seg
+	}
+	return r.bufs[p.buf*groBufSize+p.off : p.buf*groBufSize+end], p
+}
+
+// takePending consumes n bytes, the segment nextPending returned, of
+// pending datagram p.
+//
+// Preconditions: l.rx.mu is held.
+func (r *rxState) takePending(p *rxPending, n int) {
+	p.off += n
+	if p.off >= p.end {
+		r.ph++
+	}
 }
 
 // WaitReadable calls ready whenever datagrams may be queued on the socket
@@ -424,17 +444,12 @@ func (l *Link) recvGRO(pkts []link.Packet) (int, error) {
 func (l *Link) drain(pkts []link.Packet, n int) int {
 	r := &l.rx
 	bytes, trunc, n0 := 0, 0, n
-	for n < len(pkts) && r.ph < r.pn {
-		p := &r.pend[r.ph]
-		end := p.end
-		if p.seg > 0 && p.off+p.seg < end {
-			end = p.off + p.seg
+	for n < len(pkts) {
+		seg, p := r.nextPending()
+		if p == nil {
+			break
 		}
-		seg := r.bufs[p.buf*groBufSize+p.off : p.buf*groBufSize+end]
-		p.off = end
-		if p.off >= p.end {
-			r.ph++
-		}
+		r.takePending(p, len(seg))
 		dst := pkts[n].Buf[:cap(pkts[n].Buf)]
 		if len(seg) > len(dst) {
 			trunc++
