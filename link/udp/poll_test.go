@@ -1,6 +1,7 @@
 package udp_test
 
 import (
+	"bytes"
 	"time"
 
 	"testing"
@@ -296,4 +297,63 @@ func TestTryRecvBulkOversize(t *testing.T) {
 	require.Equal(t, []int{0, 2}, psns)
 	require.Equal(t, uint64(1), b.Stats().RxTruncated)
 	require.Equal(t, uint64(2), b.Stats().RxPackets)
+}
+
+// TestTryRecvBulkLentBuffers: the buffers a TryRecvBulk lent stay its
+// caller's: a Recv or TryRecv afterwards reads into the link's own
+// buffers and never writes to them, and a later TryRecvBulk with other
+// buffers reads into those.
+func TestTryRecvBulkLentBuffers(t *testing.T) {
+	t.Parallel()
+	a := open(t, udp.Config{Addr: lo4, GSO: true})
+	b := open(t, udp.Config{Addr: lo4, GRO: true})
+	n := netFor(t, a, b)
+	newBufs := func() [][]byte {
+		bufs := make([][]byte, 2)
+		for i := range bufs {
+			bufs[i] = bytes.Repeat([]byte{0xa5}, link.BulkBufSize)
+		}
+		return bufs
+	}
+	bp := make([]link.Packet, 2*link.MaxBulkSegments)
+	in := make([]int, len(bp))
+	var p wire.Packet
+	// bulk reads one packet with TryRecvBulk into bufs and checks that
+	// it is psn and lies in them.
+	bulk := func(bufs [][]byte, psn int) {
+		t.Helper()
+		np := 0
+		guard := time.AfterFunc(watchdog, func() { b.Close() })
+		require.NoError(t, b.WaitReadable(func() bool {
+			var err error
+			_, np, err = b.TryRecvBulk(bufs, bp, in)
+			require.NoError(t, err)
+			return np > 0
+		}))
+		guard.Stop()
+		require.Equal(t, 1, np)
+		require.Same(t, &bufs[in[0]][0], &bp[0].Buf[0])
+		nn := bp[0].Net
+		require.Equal(t, wire.DropNone, wire.ParseDatagram(bp[0].Buf, &nn, &p))
+		require.Equal(t, psn, int(p.BTH.PSN()))
+	}
+	first := newBufs()
+	require.NoError(t, a.Send([]link.Packet{sized(&n, 1, 0, 300)}))
+	bulk(first, 0)
+	for i := range first {
+		for j := range first[i] {
+			first[i][j] = 0x5a
+		}
+	}
+	require.NoError(t, a.Send([]link.Packet{sized(&n, 1, 1, 300)}))
+	pkts := recvBufs(2)
+	require.Equal(t, 1, tryRecvWait(t, b, pkts))
+	nn := pkts[0].Net
+	require.Equal(t, wire.DropNone, wire.ParseDatagram(pkts[0].Buf, &nn, &p))
+	require.Equal(t, 1, int(p.BTH.PSN()))
+	for i := range first {
+		require.Equal(t, -1, bytes.IndexFunc(first[i], func(r rune) bool { return r != 0x5a }), "buffer %d lent before was written", i)
+	}
+	require.NoError(t, a.Send([]link.Packet{sized(&n, 1, 2, 300)}))
+	bulk(newBufs(), 2)
 }

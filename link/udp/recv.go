@@ -50,6 +50,9 @@ type rxState struct {
 	// stale: messages [0, stale) may have been changed by recvmmsg
 	// since reset prepared them.
 	stale int
+	// lent: the iovecs of messages [0, lent) point at buffers a
+	// TryRecvBulk caller lent (lendIovs), not at the link's own.
+	lent int
 }
 
 func (r *rxState) init(batch int, gro bool) {
@@ -183,12 +186,9 @@ func (l *Link) TryRecvBulk(bufs [][]byte, pkts []link.Packet, in []int) (int, in
 	nb, np := l.drainBulk(bufs, pkts, in)
 	for nb < len(bufs) && len(pkts)-np >= link.MaxBulkSegments {
 		want := min(len(bufs)-nb, (len(pkts)-np)/link.MaxBulkSegments, len(r.msgs))
-		for k := range want {
-			setIov(&r.iovs[k], bufs[nb+k][:link.BulkBufSize])
-		}
+		l.lendIovs(bufs[nb : nb+want])
 		r.reset()
 		err := l.recvmmsg(want, false)
-		l.restoreIovs(want)
 		if err != nil {
 			if nb > 0 {
 				break // the error comes back on the next call
@@ -233,19 +233,38 @@ func (l *Link) TryRecvBulk(bufs [][]byte, pkts []link.Packet, in []int) (int, in
 	return nb, np, nil
 }
 
-// restoreIovs points the first n messages back at the link's own GRO
-// buffers after TryRecvBulk lent them the caller's.
+// lendIovs points the first len(bufs) messages at the caller's buffers
+// for TryRecvBulk. They stay lent after the read (a busy poller calls
+// TryRecvBulk again and again with the same buffers, and pointing 16
+// iovecs there and back cost more than the empty read); recvGRO takes
+// them back (restoreIovs) before it reads into the link's own buffers.
 //
 // Preconditions: l.rx.mu is held.
-func (l *Link) restoreIovs(n int) {
+func (l *Link) lendIovs(bufs [][]byte) {
 	r := &l.rx
-	for i := range n {
+	for k, b := range bufs {
+		b = b[:link.BulkBufSize]
+		if v := &r.iovs[k]; v.Base != &b[0] || v.Len != uint64(len(b)) {
+			setIov(v, b)
+		}
+	}
+	r.lent = max(r.lent, len(bufs))
+}
+
+// restoreIovs points the messages TryRecvBulk lent back at the link's
+// own GRO buffers.
+//
+// Preconditions: l.rx.mu is held.
+func (l *Link) restoreIovs() {
+	r := &l.rx
+	for i := range r.lent {
 		if r.gro {
 			setIov(&r.iovs[i], r.bufs[i*groBufSize:(i+1)*groBufSize])
 		} else {
 			r.iovs[i] = unix.Iovec{}
 		}
 	}
+	r.lent = 0
 }
 
 // drainBulk copies the segments an earlier Recv or TryRecv left pending
@@ -402,6 +421,9 @@ func (l *Link) recvDirect(pkts []link.Packet) (int, error) {
 // Preconditions: l.rx.mu is held.
 func (l *Link) recvGRO(pkts []link.Packet) (int, error) {
 	r := &l.rx
+	if r.lent > 0 {
+		l.restoreIovs()
+	}
 	n := l.drain(pkts, 0)
 	for n < len(pkts) {
 		// Every pending segment has been copied out: all buffers are free.
