@@ -143,6 +143,11 @@ type worker struct {
 	// devWaiting is len(devWaiters) as other workers see it: a worker
 	// whose turn leaves the device room kicks the workers with waiters.
 	devWaiting atomic.Int32
+	// owed: work was left for the worker's goroutine since the last turn
+	// started (events queued while no turn ran, or a turn that handed
+	// off). A busy poller's runOwed looks at it before it takes mu:
+	// polls that find nothing to do cost no lock.
+	owed atomic.Bool
 
 	// The rest belongs to the goroutine running the turn.
 	turn      Turn
@@ -250,6 +255,9 @@ func (w *worker) submitPackets(evs []pktEvent, mode turnMode) {
 func (w *worker) startLocked(mode turnMode) {
 	if mode == turnWake {
 		running := w.running
+		if !running {
+			w.owed.Store(true)
+		}
 		w.mu.Unlock()
 		if !running {
 			w.wake()
@@ -262,6 +270,9 @@ func (w *worker) startLocked(mode turnMode) {
 // runOwed runs a turn here if nobody is running one and the last turn
 // left work (a busy poller's deferred ACKs).
 func (w *worker) runOwed() bool {
+	if !w.owed.Load() {
+		return false
+	}
 	w.mu.Lock()
 	if !w.running && w.rxLen == 0 && len(w.ready) == 0 && len(w.dirty) == 0 {
 		w.mu.Unlock()
@@ -281,6 +292,7 @@ func (w *worker) takeTurnLocked(mode turnMode) bool {
 		return false
 	}
 	w.running = true
+	w.owed.Store(false) // this turn takes everything queued
 	w.mu.Unlock()
 	w.runTurn(mode)
 	return true
@@ -648,6 +660,7 @@ func (w *worker) kickOthers() {
 func (w *worker) handOff() {
 	w.mu.Lock()
 	w.running = false
+	w.owed.Store(true)
 	w.mu.Unlock()
 	w.wake()
 }
