@@ -3,6 +3,7 @@ package hca_test
 import (
 	"net"
 	"net/netip"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -224,6 +225,103 @@ func rcPingPong(b *testing.B, x, y *side, poll func(*side, []verbs.WC) int) {
 	ywcs, xwcs := make([]verbs.WC, 16), make([]verbs.WC, 16)
 	b.ReportAllocs()
 	pingPong(b, func() { wait(y, ywcs); send(y) }, func() { send(x); wait(x, xwcs) })
+}
+
+// BenchmarkRCPingPong64Direct is BenchmarkRCPingPong64's round trip with
+// one goroutine driving both devices, each opened with Config.BusyPoll:
+// it posts on one side, polls the other until the SEND arrived, answers,
+// and polls the first, so nothing waits for a wake-up and nothing runs in
+// parallel. Over link/pipe ("pipe") the figure is softhca's own work per
+// round trip: the protocol, the CQs and the verbs calls, with no system
+// call and no goroutine hand-off. Over UDP loopback ("udp") it adds the
+// system calls the same round trip makes. Run it with -test.cpu 1, so
+// that the device's own goroutines (its receive goroutine, woken by every
+// UDP datagram, and the workers) do not run beside it; then the two
+// figures and BenchmarkLinkPingPongAck64 take BenchmarkRCPingPong64 apart
+// (docs/performance.md).
+func BenchmarkRCPingPong64Direct(b *testing.B) {
+	b.Run("pipe", func(b *testing.B) {
+		la, lb := pipe.New(pipe.Config{})
+		x := openSideConfig(b, hca.Config{Link: newPolledPipe(la), BusyPoll: true}, 4<<20)
+		y := openSideConfig(b, hca.Config{Link: newPolledPipe(lb), BusyPoll: true}, 4<<20)
+		rcPingPongDirect(b, x, y)
+	})
+	b.Run("udp", func(b *testing.B) {
+		x, y := udpPairConfig(b, true, 4<<20, hca.Config{BusyPoll: true})
+		rcPingPongDirect(b, x, y)
+	})
+}
+
+// polledPipe is a link/pipe endpoint that only busy pollers read: its
+// WaitReadable never calls ready and returns when the link is closed, so
+// the device's receive goroutine stays out of the way. It is a
+// link.Poller only for BenchmarkRCPingPong64Direct, whose goroutine polls
+// every device it sends to.
+type polledPipe struct {
+	*pipe.Endpoint
+	done chan struct{}
+	once sync.Once
+}
+
+func newPolledPipe(e *pipe.Endpoint) *polledPipe {
+	return &polledPipe{Endpoint: e, done: make(chan struct{})}
+}
+
+func (p *polledPipe) WaitReadable(func() bool) error {
+	<-p.done
+	return net.ErrClosed
+}
+
+func (p *polledPipe) Close() error {
+	p.once.Do(func() { close(p.done) })
+	return p.Endpoint.Close()
+}
+
+// rcPingPongDirect bounces a 64-byte RC SEND between x and y b.N times
+// from the calling goroutine alone.
+func rcPingPongDirect(b *testing.B, x, y *side) {
+	connect(b, x, y, verbs.QPTypeRC, verbs.MTU1024)
+	recvWR := map[*side]*verbs.RecvWR{}
+	sendWR := map[*side]*verbs.SendWR{}
+	for _, s := range []*side{x, y} {
+		recvWR[s] = &verbs.RecvWR{SGList: []verbs.SGE{s.mr.SGE(0, 64)}}
+		sendWR[s] = &verbs.SendWR{Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{s.mr.SGE(1024, 64)}}
+		for range 64 {
+			if _, err := s.qp.PostRecv(recvWR[s]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	wcs := make([]verbs.WC, 16)
+	// leg posts a SEND on from and polls to until it arrived, reposting
+	// the receive it took.
+	leg := func(from, to *side) {
+		if _, err := from.qp.PostSend(sendWR[from]); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			n := to.cq.Poll(wcs)
+			for _, wc := range wcs[:n] {
+				if wc.Status != verbs.WCSuccess {
+					b.Fatalf("%s: %s", wc.Opcode, wc.Status)
+				}
+				if wc.Opcode == verbs.WCRecv {
+					if _, err := to.qp.PostRecv(recvWR[to]); err != nil {
+						b.Fatal(err)
+					}
+					return
+				}
+			}
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		leg(x, y)
+		leg(y, x)
+	}
+	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "us/roundtrip")
 }
 
 // pingPong runs echo b.N times on another goroutine and ping b.N times on
