@@ -247,3 +247,64 @@ func poolFree(e *Engine) int {
 	defer e.pool.mu.Unlock()
 	return len(e.pool.free)
 }
+
+// TestEngineBusyPollMissed: with busy polling, packets that arrive while
+// a poller holds the link are left to that poller: the receive goroutine
+// notes them (rxMissed) instead of waiting for the lock and reading them
+// onto the workers' goroutines, and the poller reads them on its own
+// goroutine when it lets go (pollMissed), so an application that polls
+// gets them where it polls.
+func TestEngineBusyPollMissed(t *testing.T) {
+	l := newBulkLink()
+	e := NewEngine(Config{Link: l, Clock: clock.NewFake(t0), Mem: newFakeMem(), Workers: 1, BusyPoll: true})
+	t.Cleanup(func() { _ = e.Close() })
+	var polling atomic.Bool // the test goroutine is polling
+	onPoller := make(chan bool, 4)
+	x := &fakeEP{name: "x", log: &callLog{}}
+	x.recv = func(*Turn, *wire.Packet) Result {
+		onPoller <- polling.Load()
+		return Result{}
+	}
+	e.Attach(0x10, x)
+	// The receive goroutine reads what arrives while nobody polls; once
+	// this returns it waits for the next arrival.
+	l.deliver(t, e, []link.Packet{bulkPacket(t, 0x10, 0, 64)})
+	require.False(t, waitValue(t, onPoller))
+
+	e.rxMu.Lock() // a poller is in the middle of a read
+	e.rxMissed.Store(false)
+	l.mu.Lock()
+	l.queued = append(l.queued, []link.Packet{bulkPacket(t, 0x10, 1, 64)})
+	l.mu.Unlock()
+	l.notify <- struct{}{}
+	deadline := time.Now().Add(failAfter)
+	for !e.rxMissed.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the receive goroutine did not note the arrival")
+		}
+		runtime.Gosched()
+	}
+	e.rxMu.Unlock()
+
+	polling.Store(true)
+	require.True(t, e.pollMissed(), "the poller reads what arrived while it held the link")
+	polling.Store(false)
+	require.True(t, waitValue(t, onPoller), "the packet was handled on the polling goroutine")
+	require.False(t, e.rxMissed.Load())
+	l.mu.Lock()
+	require.Empty(t, l.queued)
+	l.mu.Unlock()
+	require.False(t, e.pollMissed(), "nothing is left")
+}
+
+// waitValue returns the next value from c.
+func waitValue[T any](t testing.TB, c <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(failAfter):
+		t.Fatal("timed out")
+		panic("unreachable")
+	}
+}

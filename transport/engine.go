@@ -112,6 +112,10 @@ type Engine struct {
 	rxMu  sync.Mutex
 	rx    rxBatch
 	rxErr error
+	// rxMissed: with busy polling, the receive goroutine found rxMu held
+	// when the link said packets arrived, and left them to the holder
+	// (a busy poller), which reads again when it lets go (Progress).
+	rxMissed atomic.Bool
 	// rxStashed is len(rx.stash), for Stats-like reads from other
 	// goroutines (tests account for every buffer).
 	rxStashed atomic.Int32
@@ -309,8 +313,25 @@ func (e *Engine) receive() {
 // ready is the receive goroutine's WaitReadable callback: it reads and
 // dispatches what is queued, and asks to wait again (false) unless the
 // link failed. Busy pollers read the same link under the same lock.
+//
+// With busy polling, a receive goroutine that finds the lock held does
+// not wait for it: the holder is a poller in the middle of a read, and
+// reading after it would take from it, onto the workers' goroutines, the
+// packets it is about to read on its own (an application that polls gets
+// its completions on the polling goroutine). It notes rxMissed, which
+// the poller looks at once it lets go of the lock (pollMissed); the note
+// is made before the lock is tried, so a poller that lets go after a
+// failed try always sees it.
 func (e *Engine) ready() bool {
-	e.rxMu.Lock()
+	if e.cfg.BusyPoll {
+		e.rxMissed.Store(true)
+		if !e.rxMu.TryLock() {
+			return false
+		}
+		e.rxMissed.Store(false)
+	} else {
+		e.rxMu.Lock()
+	}
 	defer e.rxMu.Unlock()
 	for {
 		_, full, err := e.readLocked(true, turnWake)
@@ -525,6 +546,9 @@ func (e *Engine) Progress() bool {
 	}
 	n, _, _ := e.readLocked(true, turnPoll)
 	e.rxMu.Unlock()
+	if e.pollMissed() {
+		n++
+	}
 	if n > 0 {
 		return true
 	}
@@ -535,6 +559,26 @@ func (e *Engine) Progress() bool {
 		}
 	}
 	return did
+}
+
+// pollMissed reads, for a busy poller that just let go of rxMu, what the
+// receive goroutine left to it meanwhile (rxMissed), until the link has
+// nothing more queued; it reports whether it read anything. When the lock
+// is taken again by someone else, that holder sees the note in turn.
+func (e *Engine) pollMissed() bool {
+	read := false
+	for e.rxMissed.Load() && e.rxMu.TryLock() {
+		e.rxMissed.Store(false)
+		for {
+			n, full, err := e.readLocked(true, turnPoll)
+			read = read || n > 0
+			if err != nil || !full {
+				break
+			}
+		}
+		e.rxMu.Unlock()
+	}
+	return read
 }
 
 // dispatch parses one packet and returns the handle of the QP it is for,
