@@ -58,7 +58,10 @@
 //     drives the transport: a poller (Engine.Progress) reads the link and
 //     runs the turns of what it read, and a post to a send queue that held
 //     nothing else runs the turn in the caller's goroutine (Handle.Ring),
-//     as rxe runs its requester in the caller of post_send.
+//     as rxe runs its requester in the caller of post_send. The receive
+//     goroutine, woken by an arrival while a poller holds the link, leaves
+//     it to that poller (Engine.ready, pollMissed) rather than read it
+//     onto the workers' goroutines.
 //   - Everything else wakes the worker's goroutine: the receive
 //     goroutine's packets, timers and state changes (whose callers may
 //     hold locks).
