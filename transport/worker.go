@@ -349,9 +349,8 @@ func (w *worker) runTurn(mode turnMode) {
 			runtime.Gosched()
 			continue
 		}
-		if deferAcks && w.delivered && len(w.dirty) > 0 && !w.syncPending() {
+		if deferAcks && w.delivered && len(w.dirty) > 0 && w.handOffUnlessSync() {
 			w.delivered = false
-			w.handOff()
 			return
 		}
 		w.delivered = false
@@ -407,10 +406,17 @@ func (w *worker) take() bool {
 	return true
 }
 
-func (w *worker) syncPending() bool {
+// handOffUnlessSync is handOff for a busy poller's deferred ACKs, unless
+// a Sync waits for everything queued to be sent: then the turn goes on
+// and it reports false.
+func (w *worker) handOffUnlessSync() bool {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.syncs) > 0
+	if len(w.syncs) > 0 {
+		w.mu.Unlock()
+		return false
+	}
+	w.handOffLocked()
+	return true
 }
 
 // handleBatch hands the round's packets to their QPs and runs the timers
@@ -659,6 +665,11 @@ func (w *worker) kickOthers() {
 // next one, and wakes the worker's goroutine so that somebody does.
 func (w *worker) handOff() {
 	w.mu.Lock()
+	w.handOffLocked()
+}
+
+// handOffLocked is handOff with w.mu held; it releases it.
+func (w *worker) handOffLocked() {
 	w.running = false
 	w.owed.Store(true)
 	w.mu.Unlock()
