@@ -22,6 +22,8 @@ func TestZeroAllocs(t *testing.T) {
 		// Warm the ID decoder cache for this length.
 		require.Equal(t, wire.DropNone, wire.ParseDatagram(tp.ib, &n, &p))
 		buf := make([]byte, len(tp.ib))
+		var fl wire.ICRCFlow // holds the flow after its first call
+		hl := tp.hdr.Len()
 
 		for _, tc := range []struct {
 			name string
@@ -50,6 +52,19 @@ func TestZeroAllocs(t *testing.T) {
 			{"ICRC", func() { wire.ICRC(&n, tp.ib[:len(tp.ib)-4]) }},
 			{"CheckICRC", func() { wire.CheckICRC(&n, tp.ib) }},
 			{"SolveIPv4ID", func() { wire.SolveIPv4ID(&n, tp.ib) }},
+			{"ParseDatagramFlow", func() {
+				if wire.ParseDatagramFlow(tp.ib, &n, &p, &fl) != wire.DropNone {
+					panic("parse")
+				}
+			}},
+			{"ICRCFlow.Seal", func() {
+				hl := tp.hdr.Encode(buf, len(tp.payload))
+				copy(buf[hl:], tp.payload)
+				fl.Seal(&n, buf)
+			}},
+			{"ICRCFlow.ICRC", func() { fl.ICRC(&n, tp.ib[:len(tp.ib)-4]) }},
+			{"ICRCFlow.ICRCGather", func() { fl.ICRCGather(&n, tp.ib[:hl], tp.payload, 0) }},
+			{"ICRCFlow.SolveIPv4ID", func() { fl.SolveIPv4ID(&n, tp.ib) }},
 			{"AppendPacket with room", func() { wire.AppendPacket(buf[:0], &n, &tp.hdr, tp.payload) }},
 			{"Headers", func() { _ = p.Headers() }},
 		} {

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/binary"
 	"fmt"
 	"syscall"
 )
@@ -121,11 +122,14 @@ func (h *Headers) Encode(b []byte, payloadLen int) int {
 // 4 ICRC bytes, with headers written by Encode and the payload after them.
 // Seal zeroes the pad the BTH announces and stores the ICRC for the IP and
 // UDP headers n describes.
-func Seal(n *Net, pkt []byte) {
+func Seal(n *Net, pkt []byte) { seal(nil, n, pkt) }
+
+// seal is Seal, with the IPv4 flow state cached in f when f is not nil.
+func seal(f *ICRCFlow, n *Net, pkt []byte) {
 	end := len(pkt) - ICRCSize
 	pad := BTH(pkt).PadCount()
 	clear(pkt[end-pad : end])
-	PutICRC(n, pkt)
+	binary.LittleEndian.PutUint32(pkt[end:], icrc(f, n, pkt[:end]))
 }
 
 // AppendPacket appends a whole InfiniBand packet (headers, payload, pad,

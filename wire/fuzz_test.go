@@ -197,6 +197,11 @@ func datagramNet(src, dst []byte, srcPort uint16, df bool) wire.Net {
 	return n
 }
 
+// fuzzFlow is the ICRCFlow FuzzParseDatagram checks ParseDatagramFlow
+// through: one for all inputs, so that each finds the previous one's flow.
+// Fuzz inputs run one at a time in a process.
+var fuzzFlow wire.ICRCFlow
+
 func FuzzParseDatagram(f *testing.F) {
 	for _, fr := range captureIPFrames(f) {
 		df := binary.BigEndian.Uint16(fr[6:])&0x4000 != 0
@@ -212,6 +217,13 @@ func FuzzParseDatagram(f *testing.F) {
 		var p wire.Packet
 		r := wire.ParseDatagram(ib, &n, &p)
 		require.Less(t, int(r), wire.NumDropReasons)
+		// Through an ICRCFlow, as the engine parses: the same, whether
+		// it held another flow (the package's) or this one.
+		for range 2 {
+			var q wire.Packet
+			require.Equal(t, r, wire.ParseDatagramFlow(ib, &n, &q, &fuzzFlow))
+			require.Equal(t, p, q)
+		}
 		if r == wire.DropBadICRC {
 			// Seal it with an ID of the fuzzer's choice: it must parse and
 			// give that ID back.

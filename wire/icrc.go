@@ -32,14 +32,22 @@ const pseudoHeaderMax = IPv6HeaderSize + UDPHeaderSize + BTHSize
 // pad, without the 4 ICRC bytes) carried in the IP and UDP headers that n
 // describes. The fields the ICRC masks (traffic class, hop limit, flow
 // label, checksums) do not matter. ib must hold at least a BTH.
-func ICRC(n *Net, ib []byte) uint32 {
-	return crc32.Update(icrcPrefix(n, len(ib)+ICRCSize, ib), crc32.IEEETable, ib[BTHSize:])
+func ICRC(n *Net, ib []byte) uint32 { return icrc(nil, n, ib) }
+
+// icrc is ICRC, with the IPv4 flow state cached in f when f is not nil.
+func icrc(f *ICRCFlow, n *Net, ib []byte) uint32 {
+	return crc32.Update(icrcPrefix(f, n, len(ib)+ICRCSize, ib), crc32.IEEETable, ib[BTHSize:])
 }
 
 // icrcPrefix returns the ICRC state after the masked LRH, IP and UDP
 // headers and BTH of a packet of ibLen bytes (BTH through ICRC) whose BTH
-// is bth[:BTHSize].
-func icrcPrefix(n *Net, ibLen int, bth []byte) uint32 {
+// is bth[:BTHSize]. With an f, an IPv4 packet's state comes from f's
+// cached flow state and the per-packet fields (icrcflow.go); otherwise, and
+// for everything else, from the pseudo-header built and checksummed here.
+func icrcPrefix(f *ICRCFlow, n *Net, ibLen int, bth []byte) uint32 {
+	if f != nil && n.Src.Is4() {
+		return f.state(n) ^ icrcIPv4Varying(n.ID, ibLen, bth)
+	}
 	var ph [pseudoHeaderMax]byte
 	k := putPseudoHeader(ph[:], n, ibLen)
 	copy(ph[k:], bth[:BTHSize])
@@ -51,7 +59,13 @@ func icrcPrefix(n *Net, ibLen int, bth []byte) uint32 {
 // headers), then payload, then pad zero bytes (0-3, as BTH's pad count). It lets a sender
 // compute the ICRC over a payload that is sent from where it lies.
 func ICRCGather(n *Net, hdr, payload []byte, pad int) uint32 {
-	c := icrcPrefix(n, len(hdr)+len(payload)+pad+ICRCSize, hdr)
+	return icrcGather(nil, n, hdr, payload, pad)
+}
+
+// icrcGather is ICRCGather, with the IPv4 flow state cached in f when f is
+// not nil.
+func icrcGather(f *ICRCFlow, n *Net, hdr, payload []byte, pad int) uint32 {
+	c := icrcPrefix(f, n, len(hdr)+len(payload)+pad+ICRCSize, hdr)
 	c = crc32.Update(c, crc32.IEEETable, hdr[BTHSize:])
 	c = crc32.Update(c, crc32.IEEETable, payload)
 	return crc32.Update(c, crc32.IEEETable, zeroPad[:pad&3])
@@ -173,13 +187,17 @@ func CheckICRC(n *Net, pkt []byte) bool {
 // is one, is the ID. The check keeps 16 of its 32 bits of strength: a
 // corrupted packet passes with probability 2^-16 (instead of 2^-32), while
 // IPv6 packets, which have no ID, keep the full 32 bits.
-func SolveIPv4ID(n *Net, pkt []byte) (id uint16, ok bool) {
+func SolveIPv4ID(n *Net, pkt []byte) (id uint16, ok bool) { return solveIPv4ID(nil, n, pkt) }
+
+// solveIPv4ID is SolveIPv4ID, with the flow state cached in f when f is not
+// nil.
+func solveIPv4ID(f *ICRCFlow, n *Net, pkt []byte) (id uint16, ok bool) {
 	if n.IsIPv6() || len(pkt) < BTHSize+ICRCSize {
 		return 0, false
 	}
 	probe := *n
 	probe.ID = 0
-	diff := ICRC(&probe, pkt[:len(pkt)-ICRCSize]) ^ StoredICRC(pkt)
+	diff := icrc(f, &probe, pkt[:len(pkt)-ICRCSize]) ^ StoredICRC(pkt)
 	return idDecoderFor(len(pkt)).solve(diff)
 }
 

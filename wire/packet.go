@@ -59,6 +59,13 @@ func Parse(b []byte, p *Packet) DropReason {
 // it in p.Net.ID; n.DontFragment says which DF value to assume (RoCEv2
 // senders set it). For IPv6 the ICRC is checked in full.
 func ParseDatagram(b []byte, n *Net, p *Packet) DropReason {
+	return ParseDatagramFlow(b, n, p, nil)
+}
+
+// ParseDatagramFlow is ParseDatagram checking the ICRC of an IPv4 packet
+// through f, which caches the flow's part of it (see ICRCFlow); with a nil
+// f it is ParseDatagram. Its result is ParseDatagram's in every case.
+func ParseDatagramFlow(b []byte, n *Net, p *Packet, f *ICRCFlow) DropReason {
 	p.Net = *n
 	if r := ParseTransport(b, p); r != DropNone {
 		return r
@@ -69,7 +76,7 @@ func ParseDatagram(b []byte, n *Net, p *Packet) DropReason {
 		}
 		return DropNone
 	}
-	id, ok := SolveIPv4ID(&p.Net, p.Raw)
+	id, ok := solveIPv4ID(f, &p.Net, p.Raw)
 	if !ok {
 		return DropBadICRC
 	}
