@@ -705,7 +705,7 @@ func (q *QP) sendCNP(env *Env) bool {
 	buf := env.Out.Buffer()
 	h.Encode(buf, 0)
 	size := h.PacketLen(0)
-	wire.Seal(&q.P.Path, buf[:size])
+	q.icrc.Seal(&q.P.Path, buf[:size])
 	q.emit(env, size, &q.P.Path)
 	env.Stats.CNPsSent.Add(1)
 	return true

@@ -363,6 +363,9 @@ type rxBatch struct {
 	chunkBufs [][]byte
 	bpkts     []link.Packet
 	in        []int
+	// icrc caches the ICRC state of the flow the last IPv4 arrival
+	// came on, for checking the next (rxMu serialises it).
+	icrc wire.ICRCFlow
 }
 
 // readLocked reads a batch from the link (try: without waiting), parses
@@ -583,6 +586,8 @@ func (e *Engine) pollMissed() bool {
 
 // dispatch parses one packet and returns the handle of the QP it is for,
 // or nil when it was dropped (and counted).
+//
+// Preconditions: e.rxMu is held (for e.rx.icrc).
 func (e *Engine) dispatch(lp *link.Packet, rb *rxBuf) *Handle {
 	e.c.Rx.Add(1)
 	if e.checked {
@@ -594,7 +599,7 @@ func (e *Engine) dispatch(lp *link.Packet, rb *rxBuf) *Handle {
 	} else {
 		n := lp.Net
 		n.DontFragment = true
-		if r := wire.ParseDatagram(lp.Buf, &n, &rb.p); r != wire.DropNone {
+		if r := wire.ParseDatagramFlow(lp.Buf, &n, &rb.p, &e.rx.icrc); r != wire.DropNone {
 			e.c.Parse[r].Add(1)
 			return nil
 		}

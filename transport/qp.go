@@ -117,6 +117,9 @@ type QP struct {
 	comp     Completer
 	resp     Responder
 	rate     rateControl
+	// icrc caches the ICRC state of the flow the QP's packets go out on
+	// (its path, or a UD WQE's destination); the QP's lock serialises it.
+	icrc wire.ICRCFlow
 }
 
 // State returns the QP state the transport was last told of.

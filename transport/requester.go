@@ -422,7 +422,7 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE, stops bool) bool {
 		tail := size - hl - len(b)
 		pad := tail - wire.ICRCSize
 		clear(buf[hl : hl+pad])
-		binary.LittleEndian.PutUint32(buf[hl+pad:], wire.ICRCGather(dst, buf[:hl], b, pad))
+		binary.LittleEndian.PutUint32(buf[hl+pad:], q.icrc.ICRCGather(dst, buf[:hl], b, pad))
 		env.Gather.EmitGather(hl, b, tail, dst)
 		q.counted(size)
 	} else {
@@ -430,7 +430,7 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE, stops bool) bool {
 			r.fail(w, verbs.WCLocProtErr)
 			return false
 		}
-		wire.Seal(dst, buf[:size])
+		q.icrc.Seal(dst, buf[:size])
 		q.emit(env, size, dst)
 	}
 	env.spend(size)

@@ -597,7 +597,7 @@ func (r *Responder) runReadReply(q *QP, env *Env, fx *Effects) {
 		hl := h.Encode(buf, int(n))
 		copy(buf[hl:], src)
 		size := h.PacketLen(int(n))
-		wire.Seal(&q.P.Path, buf[:size])
+		q.icrc.Seal(&q.P.Path, buf[:size])
 		q.emit(env, size, &q.P.Path)
 		env.spend(size)
 		q.rate.sent(env, size)
@@ -739,7 +739,7 @@ func (r *Responder) emit(q *QP, env *Env, h *wire.Headers) {
 	buf := env.Out.Buffer()
 	h.Encode(buf, 0)
 	size := h.PacketLen(0)
-	wire.Seal(&q.P.Path, buf[:size])
+	q.icrc.Seal(&q.P.Path, buf[:size])
 	q.emit(env, size, &q.P.Path)
 }
 
