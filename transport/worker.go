@@ -349,9 +349,11 @@ func (w *worker) runTurn(mode turnMode) {
 			runtime.Gosched()
 			continue
 		}
-		if deferAcks && w.delivered && len(w.dirty) > 0 && w.handOffUnlessSync() {
-			w.delivered = false
-			return
+		if deferAcks && w.delivered && len(w.dirty) > 0 {
+			w.delivered = false // before the hand-off: then the turn is another's
+			if w.handOffUnlessSync() {
+				return
+			}
 		}
 		w.delivered = false
 		w.guard.RLock()
