@@ -289,6 +289,7 @@ func soakRun(t *testing.T, a, b *side, pa *pipe.Endpoint, mtu verbs.MTU, n int, 
 		ps = pa.Stats()
 	}
 	var ms runtime.MemStats
+	runtime.GC() // the live heap, not what the collector has yet to reclaim
 	runtime.ReadMemStats(&ms)
 	t.Logf("%d messages: pipe a->b injected loss %d dup %d reorder %d corrupt %d; a: tx %d rx %d retransmits %d timeouts %d seq-NAKs %d RNR-NAKs %d; b: tx %d rx %d acks %d seq-NAKs %d RNR-NAKs %d dups %d; drops a %v b %v; heap in use %d MiB",
 		n, ps.InjectedLoss, ps.InjectedDuplicate, ps.InjectedReorder, ps.InjectedCorrupt,

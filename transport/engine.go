@@ -272,7 +272,31 @@ func (e *Engine) Close() error {
 	err := e.cfg.Link.Close()
 	close(e.done)
 	e.wg.Wait()
+	e.stopTimers()
 	return err
+}
+
+// stopTimers stops the timers of the QPs still attached and the workers'
+// device-window backstops: a pending timer keeps its callback, and with
+// it the engine's buffers and chunks (megabytes), reachable until it
+// fires, and a QP's transport timer may be hours away. Each worker's
+// guard is taken for writing, as Detach takes it, since the timers belong
+// to the turns.
+func (e *Engine) stopTimers() {
+	for _, w := range e.workers {
+		w.guard.Lock()
+		if w.devTimer != nil {
+			w.devTimer.Stop()
+		}
+		w.guard.Unlock()
+	}
+	e.table.each(func(h *Handle) {
+		h.w.guard.Lock()
+		if h.timer != nil {
+			h.timer.Stop()
+		}
+		h.w.guard.Unlock()
+	})
 }
 
 // Stats returns a snapshot of the counters, the link's included.
@@ -723,6 +747,21 @@ func (t *qpTable) load(qpn uint32) *Handle {
 		return nil
 	}
 	return leaf[qpn&0xfff].Load()
+}
+
+// each calls f for every handle in the table.
+func (t *qpTable) each(f func(*Handle)) {
+	for i := range t.top {
+		leaf := t.top[i].Load()
+		if leaf == nil {
+			continue
+		}
+		for j := range leaf {
+			if h := leaf[j].Load(); h != nil {
+				f(h)
+			}
+		}
+	}
 }
 
 func (t *qpTable) store(qpn uint32, h *Handle) {

@@ -741,3 +741,18 @@ func TestEngineDeviceWait(t *testing.T) {
 	et.e.Sync()
 	require.Equal(t, []string{"a run", "a sent"}, et.log.get()[12:])
 }
+
+// TestEngineCloseStopsTimers: Close stops the timers of the QPs still
+// attached, so that none keeps the closed engine (its buffers and chunks)
+// reachable until it fires: a QP's transport timer may be hours away.
+func TestEngineCloseStopsTimers(t *testing.T) {
+	et := newEngineT(t, Config{Workers: 2})
+	for qpn := uint32(0x10); qpn < 0x14; qpn++ {
+		x := et.ep(fmt.Sprint(qpn))
+		x.run = func(tt *Turn) Result { return Result{Deadline: tt.Env().Now.Add(time.Hour)} }
+		et.e.Attach(qpn, x).Flush() // Run arms the QP's timer
+	}
+	require.Equal(t, 4, et.clk.Pending())
+	require.NoError(t, et.e.Close())
+	require.Zero(t, et.clk.Pending(), "a timer outlived Close")
+}
