@@ -227,16 +227,7 @@ func TestTryRecvBulk(t *testing.T) {
 	var p wire.Packet
 	psn := 2
 	for psn < len(sent) {
-		nb, np := 0, 0
-		guard := time.AfterFunc(watchdog, func() { b.Close() })
-		err := b.WaitReadable(func() bool {
-			var rerr error
-			nb, np, rerr = b.TryRecvBulk(bufs, bp, in)
-			require.NoError(t, rerr)
-			return np > 0
-		})
-		guard.Stop()
-		require.NoError(t, err)
+		nb, np := tryRecvBulkWait(t, b, bufs, bp, in)
 		require.LessOrEqual(t, nb, len(bufs))
 		for i, lp := range bp[:np] {
 			require.Less(t, in[i], nb)
@@ -279,15 +270,7 @@ func TestTryRecvBulkOversize(t *testing.T) {
 	var psns []int
 	var p wire.Packet
 	for len(psns) < 2 {
-		np := 0
-		guard := time.AfterFunc(watchdog, func() { b.Close() })
-		require.NoError(t, b.WaitReadable(func() bool {
-			var err error
-			_, np, err = b.TryRecvBulk(bufs, bp, in)
-			require.NoError(t, err)
-			return np > 0
-		}))
-		guard.Stop()
+		_, np := tryRecvBulkWait(t, b, bufs, bp, in)
 		for _, lp := range bp[:np] {
 			nn := lp.Net
 			require.Equal(t, wire.DropNone, wire.ParseDatagram(lp.Buf, &nn, &p))
@@ -322,15 +305,7 @@ func TestTryRecvBulkLentBuffers(t *testing.T) {
 	// it is psn and lies in them.
 	bulk := func(bufs [][]byte, psn int) {
 		t.Helper()
-		np := 0
-		guard := time.AfterFunc(watchdog, func() { b.Close() })
-		require.NoError(t, b.WaitReadable(func() bool {
-			var err error
-			_, np, err = b.TryRecvBulk(bufs, bp, in)
-			require.NoError(t, err)
-			return np > 0
-		}))
-		guard.Stop()
+		_, np := tryRecvBulkWait(t, b, bufs, bp, in)
 		require.Equal(t, 1, np)
 		require.Same(t, &bufs[in[0]][0], &bp[0].Buf[0])
 		nn := bp[0].Net
@@ -356,4 +331,19 @@ func TestTryRecvBulkLentBuffers(t *testing.T) {
 	}
 	require.NoError(t, a.Send([]link.Packet{sized(&n, 1, 2, 300)}))
 	bulk(newBufs(), 2)
+}
+
+// tryRecvBulkWait waits until a TryRecvBulk into bufs returns packets and
+// returns how many buffers and packets it filled.
+func tryRecvBulkWait(t *testing.T, b *udp.Link, bufs [][]byte, pkts []link.Packet, in []int) (nb, np int) {
+	t.Helper()
+	guard := time.AfterFunc(watchdog, func() { b.Close() })
+	defer guard.Stop()
+	require.NoError(t, b.WaitReadable(func() bool {
+		var err error
+		nb, np, err = b.TryRecvBulk(bufs, pkts, in)
+		require.NoError(t, err)
+		return np > 0
+	}))
+	return nb, np
 }
