@@ -24,12 +24,16 @@
 // UDP socket delivers it, and recovers the IPv4 Identification that the
 // ICRC covers but the socket hides (see SolveIPv4ID). ParseTransport
 // checks only the InfiniBand part and leaves the ICRC alone.
+// ParseDatagramFlow is ParseDatagram with an ICRCFlow: a caller that
+// checks or seals many packets of one IPv4 flow keeps one, and the ICRC
+// of the flow's constant pseudo-header fields is computed once.
 //
 // # Ownership and threading
 //
 // Views alias the buffer they were made from; a Packet is valid only as long
 // as that buffer is not reused. Nothing in this package keeps state between
-// calls except read-only tables built at init and the IPv4 Identification
-// solver cache, which is safe for concurrent use. The package imports only
-// the standard library.
+// calls except read-only tables built at init, the IPv4 Identification
+// solver cache, which is safe for concurrent use, and the ICRCFlows its
+// callers own (each used by one goroutine at a time). The package imports
+// only the standard library.
 package wire
