@@ -387,9 +387,9 @@ type rxBatch struct {
 	chunkBufs [][]byte
 	bpkts     []link.Packet
 	in        []int
-	// icrc caches the ICRC state of the flow the last IPv4 arrival
-	// came on, for checking the next (rxMu serialises it).
-	icrc wire.ICRCFlow
+	// icrc caches the ICRC state of the flows IPv4 arrivals came on
+	// lately, for checking the next (rxMu serialises it).
+	icrc wire.ICRCFlows
 }
 
 // readLocked reads a batch from the link (try: without waiting), parses
@@ -623,7 +623,7 @@ func (e *Engine) dispatch(lp *link.Packet, rb *rxBuf) *Handle {
 	} else {
 		n := lp.Net
 		n.DontFragment = true
-		if r := wire.ParseDatagramFlow(lp.Buf, &n, &rb.p, &e.rx.icrc); r != wire.DropNone {
+		if r := wire.ParseDatagramFlow(lp.Buf, &n, &rb.p, e.rx.icrc.For(&n)); r != wire.DropNone {
 			e.c.Parse[r].Add(1)
 			return nil
 		}

@@ -192,3 +192,47 @@ func BenchmarkICRCSend64(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkICRCInterleaved checks arrivals from eight flows in turn (an
+// rxe peer's QPs, each on a source port of its own), the ID unknown as a
+// socket delivers them: plain, through one ICRCFlow (which reloads at
+// every packet) and through an ICRCFlows.
+func BenchmarkICRCInterleaved(b *testing.B) {
+	bp := newBenchPacket(wire.RCSendOnly, 64)
+	var pkts [8][]byte
+	var nets [8]wire.Net
+	for i := range pkts {
+		n := bp.net
+		n.SrcPort += uint16(i)
+		pkts[i] = wire.AppendPacket(nil, &n, &bp.hdr, bp.payload)
+		n.ID = 0
+		nets[i] = n
+	}
+	var f wire.ICRCFlow
+	var fs wire.ICRCFlows
+	for _, bc := range []struct {
+		name string
+		flow func(*wire.Net) *wire.ICRCFlow
+	}{
+		{"plain", nil},
+		{"flow", func(*wire.Net) *wire.ICRCFlow { return &f }},
+		{"flows", fs.For},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var p wire.Packet
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				n := &nets[i%len(nets)]
+				var fl *wire.ICRCFlow
+				if bc.flow != nil {
+					fl = bc.flow(n)
+				}
+				if wire.ParseDatagramFlow(pkts[i%len(pkts)], n, &p, fl) != wire.DropNone {
+					b.Fatal("drop")
+				}
+				i++
+			}
+		})
+	}
+}

@@ -134,3 +134,25 @@ func icrcIPv4Varying(id uint16, ibLen int, bth []byte) uint32 {
 		s[6][bth[5]] ^ s[5][bth[6]] ^ s[4][bth[7]] ^ s[3][bth[8]] ^
 		s[2][bth[9]] ^ s[1][bth[10]] ^ s[0][bth[11]]
 }
+
+// ICRCFlows holds an ICRCFlow for each of a few flows, for a receiver
+// whose arrivals come on several flows interleaved: from several peers,
+// or from one rxe peer, which sends each QP's packets from a UDP source
+// port of its own. A single ICRCFlow would reload its state on nearly
+// every packet there, which costs more than no cache. For picks the
+// ICRCFlow a flow hashes to, so that alternating flows keep theirs.
+//
+// The zero value is ready to use. ICRCFlows is not safe for concurrent
+// use: its owner serialises the calls.
+type ICRCFlows [icrcFlowSlots]ICRCFlow
+
+// icrcFlowSlots is how many flows an ICRCFlows keeps (a power of two).
+const icrcFlowSlots = 8
+
+// For returns the ICRCFlow for n's flow: the slot its source port and the
+// last byte of its source address hash to.
+func (fs *ICRCFlows) For(n *Net) *ICRCFlow {
+	a := n.Src.As16() // the zero Addr gives zeros
+	h := uint(n.SrcPort) ^ uint(n.SrcPort)>>8 ^ uint(a[15])
+	return &fs[h%icrcFlowSlots]
+}

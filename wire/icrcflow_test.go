@@ -204,3 +204,39 @@ func TestICRCFlowAllocs(t *testing.T) {
 		f.Seal(&c, pkt)
 	}))
 }
+
+// TestICRCFlows: For gives each flow one ICRCFlow, the same every time;
+// eight flows from one address on consecutive source ports (an rxe peer's
+// QPs) get eight different ones; and packets checked through For, flows
+// interleaved, parse as ParseDatagram parses them.
+func TestICRCFlows(t *testing.T) {
+	var fs wire.ICRCFlows
+	base := wire.Net{Src: netip.AddrFrom4([4]byte{10, 77, 0, 2}), Dst: netip.AddrFrom4([4]byte{10, 77, 0, 3}),
+		SrcPort: 0xc270, DstPort: wire.RoCEv2Port, DontFragment: true}
+	seen := map[*wire.ICRCFlow]bool{}
+	var pkts [][]byte
+	var nets []wire.Net
+	for i := range 8 {
+		n := base
+		n.SrcPort += uint16(i)
+		n.ID = uint16(100 + i)
+		require.Same(t, fs.For(&n), fs.For(&n))
+		seen[fs.For(&n)] = true
+		h := wire.Headers{BTH: wire.BTHFields{OpCode: wire.RCSendOnly, PKey: 0xffff, DestQP: uint32(0x10 + i), PSN: wire.PSN(i)}}
+		pkts = append(pkts, wire.AppendPacket(nil, &n, &h, bytes.Repeat([]byte{byte(i)}, 64)))
+		n.ID = 0 // as the socket delivers it
+		nets = append(nets, n)
+	}
+	require.Len(t, seen, 8, "consecutive source ports share an ICRCFlow")
+	require.NotPanics(t, func() { fs.For(&wire.Net{}) })
+	var got, want wire.Packet
+	for round := range 3 {
+		for i, b := range pkts {
+			n := nets[i]
+			require.Equal(t, wire.DropNone, wire.ParseDatagramFlow(b, &n, &got, fs.For(&n)), "round %d flow %d", round, i)
+			require.Equal(t, wire.DropNone, wire.ParseDatagram(b, &n, &want))
+			require.Equal(t, want, got)
+			require.Equal(t, uint16(100+i), got.Net.ID)
+		}
+	}
+}
