@@ -357,14 +357,24 @@ func (e *Engine) ready() bool {
 		e.rxMu.Lock()
 	}
 	defer e.rxMu.Unlock()
+	if _, err := e.drainLocked(turnWake); err != nil {
+		e.rxErr = err
+		return true
+	}
+	return false // drained: the next datagram calls again
+}
+
+// drainLocked reads the link until a read finds it no longer full (or
+// fails), and reports whether it read anything.
+//
+// Preconditions: e.rxMu is held.
+func (e *Engine) drainLocked(mode turnMode) (bool, error) {
+	read := false
 	for {
-		_, full, err := e.readLocked(true, turnWake)
-		if err != nil {
-			e.rxErr = err
-			return true
-		}
-		if !full {
-			return false // drained: the next datagram calls again
+		n, full, err := e.readLocked(true, mode)
+		read = read || n > 0
+		if err != nil || !full {
+			return read, err
 		}
 	}
 }
@@ -596,12 +606,8 @@ func (e *Engine) pollMissed() bool {
 	read := false
 	for e.rxMissed.Load() && e.rxMu.TryLock() {
 		e.rxMissed.Store(false)
-		for {
-			n, full, err := e.readLocked(true, turnPoll)
-			read = read || n > 0
-			if err != nil || !full {
-				break
-			}
+		if got, _ := e.drainLocked(turnPoll); got {
+			read = true
 		}
 		e.rxMu.Unlock()
 	}

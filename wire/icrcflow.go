@@ -21,8 +21,8 @@ import "net/netip"
 // ICRCFlow caches the ICRC state of an IPv4 flow's constant pseudo-header
 // fields (addresses, ports, DF), so that the ICRC of each of its packets
 // costs a table lookup per varying header byte instead of a CRC over the
-// whole pseudo-header. A QP keeps one for the packets it sends, the
-// engine one for the packets it receives. Its methods give the results of
+// whole pseudo-header. A QP keeps one for the packets it sends; the
+// engine checks the packets it receives through an ICRCFlows. Its methods give the results of
 // the package functions of the same names for any n: they check n's flow
 // against the cached one and recompute the cache when it differs (without
 // allocating), and they take the package functions' path for IPv6 and
