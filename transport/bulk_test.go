@@ -308,3 +308,25 @@ func waitValue[T any](t testing.TB, c <-chan T) T {
 		panic("unreachable")
 	}
 }
+
+// TestEngineRingAfterClose: with busy polling, a doorbell rung after
+// Close (a QP of a closed device taken back to RTS and posted to) runs no
+// turn in the caller: no Endpoint call, so no timer re-armed to keep the
+// closed engine reachable, and nothing built for a closed link.
+func TestEngineRingAfterClose(t *testing.T) {
+	l := newBulkLink()
+	clk := clock.NewFake(t0)
+	e := NewEngine(Config{Link: l, Clock: clk, Mem: newFakeMem(), Workers: 1, BusyPoll: true})
+	var runs atomic.Int32
+	x := &fakeEP{name: "x", log: &callLog{}}
+	x.run = func(tt *Turn) Result {
+		runs.Add(1)
+		return Result{Deadline: tt.Env().Now.Add(time.Hour)}
+	}
+	h := e.Attach(0x10, x)
+	require.NoError(t, e.Close())
+	require.Zero(t, clk.Pending())
+	h.Ring()
+	require.Zero(t, runs.Load(), "a turn ran after Close")
+	require.Zero(t, clk.Pending(), "a timer was armed after Close")
+}

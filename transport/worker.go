@@ -48,11 +48,13 @@ func (h *Handle) Kick() { h.w.signal(h, pendingKick, turnWake) }
 // Ring is the doorbell of a post to a send queue that held nothing else:
 // with busy polling, as rxe runs its requester in the caller of
 // post_send, the requester runs in the caller's goroutine unless the
-// worker is busy; otherwise it is Kick. The caller must hold no lock a
-// turn takes.
+// worker is busy; otherwise it is Kick. Once the engine is closed it is
+// Kick too, which runs nothing: no turn then re-arms a timer that would
+// keep the closed engine reachable. The caller must hold no lock a turn
+// takes.
 func (h *Handle) Ring() {
 	mode := turnWake
-	if h.e.cfg.BusyPoll {
+	if h.e.cfg.BusyPoll && !h.e.closed.Load() {
 		mode = turnInline
 	}
 	h.w.signal(h, pendingKick, mode)
