@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/softhca/softhca/hca"
 	"github.com/softhca/softhca/link"
 	"github.com/softhca/softhca/link/pipe"
@@ -410,6 +412,60 @@ func BenchmarkUDPPingPong64BusyPoll(b *testing.B) {
 			panic(err)
 		}
 		spin(ca, abuf)
+	})
+}
+
+// BenchmarkUDPPingPong64ThreadWait is BenchmarkUDPPingPong64 with each
+// side waiting for its datagram as a C program's thread does: a
+// non-blocking recvfrom, and ppoll(2) on the socket while nothing is
+// queued, so that each goroutine's thread blocks in the kernel and the
+// datagram wakes that thread, instead of Go's poller handing the
+// goroutine to whichever thread polls next. It measures what a design
+// that waits for the link in the application's own thread would pay per
+// wake-up on this machine (docs/performance.md: on a VM whose idle
+// virtual CPUs halt, a wake-up that crosses to the other CPU costs
+// several microseconds).
+func BenchmarkUDPPingPong64ThreadWait(b *testing.B) {
+	ca, cb, aAddr, bAddr := rawSocketPair(b)
+	// wait receives one datagram on c, blocking in ppoll while none is
+	// queued.
+	wait := func(c *net.UDPConn, buf []byte) {
+		rc, err := c.SyscallConn()
+		if err != nil {
+			panic(err)
+		}
+		var rerr error
+		if err := rc.Control(func(fd uintptr) {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			for {
+				_, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+				if rerr != unix.EAGAIN {
+					return
+				}
+				if _, perr := unix.Ppoll(fds, nil, nil); perr != nil && perr != unix.EINTR {
+					rerr = perr
+					return
+				}
+			}
+		}); err != nil {
+			panic(err)
+		}
+		if rerr != nil {
+			panic(rerr)
+		}
+	}
+	bbuf, abuf := make([]byte, 2048), make([]byte, 2048)
+	msg := make([]byte, 64+28)
+	pingPong(b, func() {
+		wait(cb, bbuf)
+		if _, err := cb.WriteToUDPAddrPort(bbuf[:64+28], aAddr); err != nil {
+			panic(err)
+		}
+	}, func() {
+		if _, err := ca.WriteToUDPAddrPort(msg, bAddr); err != nil {
+			panic(err)
+		}
+		wait(ca, abuf)
 	})
 }
 
