@@ -330,3 +330,29 @@ func TestEngineRingAfterClose(t *testing.T) {
 	require.Zero(t, runs.Load(), "a turn ran after Close")
 	require.Zero(t, clk.Pending(), "a timer was armed after Close")
 }
+
+// TestEngineTurnAfterCloseArmsNoTimer: a turn that runs after Close
+// stopped the timers (a doorbell or a busy poll that found the engine
+// open just before it closed, and so runs the turn in its goroutine)
+// arms no timer for a QP, nor the worker's device-window backstop: no
+// goroutine would run their turns, and a pending timer kept the closed
+// engine reachable until it fired.
+func TestEngineTurnAfterCloseArmsNoTimer(t *testing.T) {
+	l := newBulkLink()
+	clk := clock.NewFake(t0)
+	e := NewEngine(Config{Link: l, Clock: clk, Mem: newFakeMem(), Workers: 1, BusyPoll: true,
+		CC: CCConfig{DeviceWindow: 1}})
+	e.cc.inflight[0].n.Add(1) // the device window is full: a QP stopped by it waits
+	var runs atomic.Int32
+	x := &fakeEP{name: "x", log: &callLog{}}
+	x.run = func(tt *Turn) Result {
+		runs.Add(1)
+		return Result{Deadline: tt.Env().Now.Add(time.Hour), DeviceWait: true}
+	}
+	h := e.Attach(0x10, x)
+	require.NoError(t, e.Close())
+	require.Zero(t, clk.Pending())
+	h.w.signal(h, pendingKick, turnInline) // what Ring does when it found the engine open
+	require.Equal(t, int32(1), runs.Load(), "the turn did not run")
+	require.Zero(t, clk.Pending(), "a timer was armed after Close")
+}

@@ -535,8 +535,15 @@ func (w *worker) apply(h *Handle, res Result) {
 // setDeadline arms the QP's clock timer for d, lazily: a timer that fires
 // before d is harmless (Timer finds it early and returns d again), so it
 // is reset only when d comes before it, or none is armed.
+//
+// Once the engine is closed nothing is armed: no goroutine would run
+// the timer's turn, and a pending timer keeps the engine reachable until
+// it fires. A turn may still run after Close stopped the timers (a
+// doorbell or a busy poll that found the engine open just before), and
+// Close's stopTimers waits for the turns that armed one before it
+// looked (the timers belong to the turns, under w.guard).
 func (w *worker) setDeadline(h *Handle, d time.Time) {
-	if d.IsZero() || (!h.armedAt.IsZero() && !d.Before(h.armedAt)) {
+	if d.IsZero() || (!h.armedAt.IsZero() && !d.Before(h.armedAt)) || w.e.closed.Load() {
 		return
 	}
 	h.armedAt = d
@@ -635,8 +642,8 @@ func (w *worker) runDeviceWaiters() {
 // is armed already.
 func (w *worker) armBackstop() {
 	now := w.turn.env.Now
-	if !w.devTimerAt.IsZero() && now.Before(w.devTimerAt) {
-		return
+	if (!w.devTimerAt.IsZero() && now.Before(w.devTimerAt)) || w.e.closed.Load() {
+		return // armed, or the engine is closed (see setDeadline)
 	}
 	w.devTimerAt = now.Add(devWaitBackstop)
 	if w.devTimer == nil {
