@@ -156,12 +156,14 @@ func (c *CQ) PollWait(ctx context.Context, wcs []verbs.WC) (int, error) {
 		if n := c.Poll(wcs); n > 0 {
 			return n, nil
 		}
-		if spin && ctx.Err() == nil && !c.dead.Load() {
+		if spin && ctx.Err() == nil && !c.dead.Load() && !c.dev.eng.Closed() {
 			runtime.Gosched() // the transport's goroutines share the cores
 			continue
 		}
 		// Without busy polling: sleep until a Push. With it, once ctx
-		// is done or the CQ destroyed: a last look, then EINTR or
+		// is done, the CQ destroyed or the device closed (polls no
+		// longer drive anything; the flushes Close makes, and those of
+		// later posts, are pushed): a last look, then sleep, EINTR or
 		// EINVAL unless a completion came meanwhile.
 		if err := c.cq.Wait(ctx); err != nil {
 			return 0, err

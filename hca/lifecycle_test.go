@@ -1145,3 +1145,56 @@ func BenchmarkRegMRs(b *testing.B) {
 	benchReport(b, "reg", rf, rl, rt, n, window)
 	benchReport(b, "dereg", df, dl, dt, n, window)
 }
+
+// TestBusyPollPollWaitAfterClose: with BusyPoll, a PollWait on a CQ of a
+// closed device sleeps in the CQ's wait, as without busy polling,
+// instead of spinning until its context ends (its polls no longer drive
+// anything); a flush completion, or the context's end, wakes it.
+func TestBusyPollPollWaitAfterClose(t *testing.T) {
+	x, y := udpPairConfig(t, true, 4096, hca.Config{BusyPoll: true})
+	connect(t, x, y, verbs.QPTypeRC, verbs.MTU1024)
+	require.NoError(t, x.dev.Close())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	wcs := make([]verbs.WC, 4)
+	go func() {
+		n, err := x.cq.PollWait(ctx, wcs)
+		done <- result{n, err}
+	}()
+	// The waiter must reach the CQ's wait: a spinning one never does
+	// (it would return only when ctx ends).
+	deadline := time.Now().Add(10 * time.Second)
+	for !goroutineIn("cq.(*CQ).Wait", "TestBusyPollPollWaitAfterClose") {
+		if time.Now().After(deadline) {
+			cancel()
+			r := <-done
+			t.Fatalf("PollWait on a closed BusyPoll device did not sleep: it spun until its context ended (%d, %v)", r.n, r.err)
+		}
+		runtime.Gosched()
+	}
+	// A receive posted now is flushed at once, and wakes the waiter.
+	_, err := x.qp.PostRecv(&verbs.RecvWR{WRID: 7, SGList: []verbs.SGE{x.mr.SGE(0, 64)}})
+	require.NoError(t, err)
+	r := <-done
+	require.NoError(t, r.err)
+	require.Equal(t, 1, r.n)
+	require.Equal(t, uint64(7), wcs[0].WRID)
+	require.Equal(t, verbs.WCWRFlushErr, wcs[0].Status)
+}
+
+// goroutineIn reports whether a goroutine created by creator (a function
+// name) has fn on its stack.
+func goroutineIn(fn, creator string) bool {
+	buf := make([]byte, 1<<20)
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, fn) && strings.Contains(g, "created by") && strings.Contains(g[strings.Index(g, "created by"):], creator) {
+			return true
+		}
+	}
+	return false
+}

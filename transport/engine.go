@@ -276,6 +276,9 @@ func (e *Engine) Close() error {
 	return err
 }
 
+// Closed reports whether Close was called.
+func (e *Engine) Closed() bool { return e.closed.Load() }
+
 // stopTimers stops the timers of the QPs still attached and the workers'
 // device-window backstops: a pending timer keeps its callback, and with
 // it the engine's buffers and chunks (megabytes), reachable until it
