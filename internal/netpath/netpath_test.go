@@ -120,6 +120,18 @@ func TestPath(t *testing.T) {
 	require.Empty(t, left)
 }
 
+// TestPing: Ping gets an echo reply from the other side over IPv4 and
+// IPv6 (the kernel's own ICMP answers), and reports an address that
+// nothing answers for once its timeout has passed.
+func TestPing(t *testing.T) {
+	p := netpath.ForTest(t, netpath.Options{Rate: 100e6, IPv6: true})
+	require.NoError(t, p.Ping(0, p.Addr(1), watchdog))
+	require.NoError(t, p.Ping(1, p.Addr6(0), watchdog))
+	nobody := p.Addr(1).Next().Next() // on the veth's subnet, not assigned
+	err := p.Ping(0, nobody, 500*time.Millisecond)
+	require.ErrorContains(t, err, "no echo reply")
+}
+
 // TestOptions checks that New refuses what it cannot build.
 func TestOptions(t *testing.T) {
 	for _, o := range []netpath.Options{

@@ -222,11 +222,9 @@ func TestLinkKernelAddrs(t *testing.T) {
 		}
 	}()
 	// IPv6 duplicate address detection holds the kernel's new address
-	// tentative for a second or so: ping -6 waits for its replies (-w).
-	_, err = p.Exec(0, "ping", "-c", "1", "-w", "10", host4.String())
-	require.NoError(t, err)
-	_, err = p.Exec(0, "ping", "-6", "-c", "1", "-w", "10", host6.String())
-	require.NoError(t, err)
+	// tentative for a second or so: Ping asks again until a reply comes.
+	require.NoError(t, p.Ping(0, host4, 10*time.Second))
+	require.NoError(t, p.Ping(0, host6, 10*time.Second))
 	hs := l.HostStats()
 	require.NotZero(t, hs.EchoReplies)
 	require.NotZero(t, hs.Echo6Replies)
