@@ -123,6 +123,71 @@ func (l *wcLog) snapshot() map[uint64]verbs.WC {
 	return m
 }
 
+// pollLoops starts two goroutines on cq, counted in wg: a Poll loop that
+// runs until stop is closed, and a PollWait loop (with ctx) that runs
+// until PollWait fails, which it must with an error expected accepts.
+// Every completion either takes goes to log.
+func pollLoops(t *testing.T, wg *sync.WaitGroup, cq *hca.CQ, log *wcLog, stop <-chan struct{}, ctx context.Context, expected func(error) bool) {
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		wcs := make([]verbs.WC, 8)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n := cq.Poll(wcs)
+			log.add(wcs[:n])
+			if n == 0 {
+				runtime.Gosched()
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		wcs := make([]verbs.WC, 8)
+		for {
+			n, err := cq.PollWait(ctx, wcs)
+			log.add(wcs[:n])
+			if err != nil {
+				if !expected(err) {
+					t.Errorf("PollWait: %v", err)
+				}
+				return
+			}
+		}
+	}()
+}
+
+// sendStream starts a goroutine, counted in wg, that sends nSend signaled
+// SENDs of size bytes on a's QP (the i-th from a's region at i*size, with
+// wr_id i), at most 32 outstanding, and polls a's CQ into log until all
+// have completed.
+func sendStream(t *testing.T, wg *sync.WaitGroup, a *side, log *wcLog, nSend, size int) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wcs := make([]verbs.WC, 16)
+		for posted := 0; log.len() < nSend; {
+			for posted < nSend && posted-log.len() < 32 {
+				if _, err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(posted), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
+					SGList: []verbs.SGE{a.mr.SGE(posted*size, size)}}); err != nil {
+					t.Errorf("post_send %d: %v", posted, err)
+					return
+				}
+				posted++
+			}
+			n := a.cq.Poll(wcs)
+			log.add(wcs[:n])
+			if n == 0 {
+				runtime.Gosched()
+			}
+		}
+	}()
+}
+
 // destroyedDrops is how many packets b's transport dropped for a QP that
 // is gone (destroyed while they waited, or no longer in the table).
 func destroyedDrops(d *hca.Device) uint64 {
@@ -163,64 +228,15 @@ func TestStressDestroyQPUnderFire(t *testing.T) {
 		// its completions until each has one.
 		aLog := newWCLog()
 		var aWG sync.WaitGroup
-		aWG.Add(1)
-		go func() {
-			defer aWG.Done()
-			wcs := make([]verbs.WC, 16)
-			posted := 0
-			for aLog.len() < nSend {
-				for posted < nSend && posted-aLog.len() < 32 {
-					_, err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(posted), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
-						SGList: []verbs.SGE{a.mr.SGE(posted*size, size)}})
-					if err != nil {
-						t.Errorf("post_send %d: %v", posted, err)
-						return
-					}
-					posted++
-				}
-				n := a.cq.Poll(wcs)
-				aLog.add(wcs[:n])
-				if n == 0 {
-					runtime.Gosched()
-				}
-			}
-		}()
+		sendStream(t, &aWG, a, aLog, nSend, size)
 
 		// b's pollers: one Poll loop, one PollWait loop.
 		bLog := newWCLog()
 		startPollers := func(stop chan struct{}, ctx context.Context) *sync.WaitGroup {
 			var wg sync.WaitGroup
-			wg.Add(2)
-			go func() {
-				defer wg.Done()
-				wcs := make([]verbs.WC, 8)
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					n := b.cq.Poll(wcs)
-					bLog.add(wcs[:n])
-					if n == 0 {
-						runtime.Gosched()
-					}
-				}
-			}()
-			go func() {
-				defer wg.Done()
-				wcs := make([]verbs.WC, 8)
-				for {
-					n, err := b.cq.PollWait(ctx, wcs)
-					bLog.add(wcs[:n])
-					if err != nil {
-						if !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.EINTR) {
-							t.Errorf("PollWait: %v", err)
-						}
-						return
-					}
-				}
-			}()
+			pollLoops(t, &wg, b.cq, bLog, stop, ctx, func(err error) bool {
+				return errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EINTR)
+			})
 			return &wg
 		}
 		ctx1, cancel1 := context.WithCancel(context.Background())
@@ -583,37 +599,9 @@ func TestStressCloseDeviceInUse(t *testing.T) {
 			}()
 		}
 		// A Poll loop and a PollWait loop on b's CQ.
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			wcs := make([]verbs.WC, 8)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				n := b.cq.Poll(wcs)
-				bLog.add(wcs[:n])
-				if n == 0 {
-					runtime.Gosched()
-				}
-			}
-		}()
-		go func() {
-			defer wg.Done()
-			wcs := make([]verbs.WC, 8)
-			for {
-				n, err := b.cq.PollWait(pollCtx, wcs)
-				bLog.add(wcs[:n])
-				if err != nil {
-					if !errors.Is(err, syscall.EINTR) || ctx.Err() != nil {
-						t.Errorf("PollWait: %v", err)
-					}
-					return
-				}
-			}
-		}()
+		pollLoops(t, &wg, b.cq, bLog, stop, pollCtx, func(err error) bool {
+			return errors.Is(err, syscall.EINTR) && ctx.Err() == nil
+		})
 
 		until(t, "sends to complete before the Close", func() bool { return bLog.len() >= 20 })
 		closed := make(chan error, 1)
@@ -718,26 +706,7 @@ func stressModify(t *testing.T, m stressMode, round int, to verbs.QPState) {
 	}
 	aLog := newWCLog()
 	var aWG sync.WaitGroup
-	aWG.Add(1)
-	go func() {
-		defer aWG.Done()
-		wcs := make([]verbs.WC, 16)
-		for posted := 0; aLog.len() < nSend; {
-			for posted < nSend && posted-aLog.len() < 32 {
-				if _, err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(posted), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
-					SGList: []verbs.SGE{a.mr.SGE(posted*size, size)}}); err != nil {
-					t.Errorf("post_send %d: %v", posted, err)
-					return
-				}
-				posted++
-			}
-			n := a.cq.Poll(wcs)
-			aLog.add(wcs[:n])
-			if n == 0 {
-				runtime.Gosched()
-			}
-		}
-	}()
+	sendStream(t, &aWG, a, aLog, nSend, size)
 	bLog := newWCLog()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
