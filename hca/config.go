@@ -95,7 +95,10 @@ type Config struct {
 	// latency, as the kernel's busy polling does: a request and its
 	// answer then cross no goroutine switch. Applications that wait on
 	// completion channels gain nothing from it. Polling needs a link that
-	// can be polled (link.Poller, as link/udp is).
+	// can be polled (link.Poller, as link/udp is). Without it, goroutines
+	// that spin on Poll and keep every core busy leave the network to the
+	// Go scheduler's periodic poll (about every 10 ms), which a short
+	// QP Timeout may not survive.
 	BusyPoll bool
 	// Trace is called for every packet the transport sends and receives.
 	Trace func(dir Direction, p *link.Packet)
