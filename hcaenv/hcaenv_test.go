@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -57,6 +58,10 @@ func FuzzParseRate(f *testing.F) {
 			require.False(t, math.IsNaN(v) || math.IsInf(v, 0))
 			require.GreaterOrEqual(t, v, 1e3)
 			require.LessOrEqual(t, v, 1e13)
+			// As Env prints it, it reads back the same.
+			back, err := ParseRate(strconv.FormatFloat(v, 'f', -1, 64))
+			require.NoError(t, err)
+			require.Equal(t, v, back)
 		}
 	})
 }
@@ -140,19 +145,34 @@ func TestFromEnvFile(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
-// FuzzParseFile: any file is settings or EINVAL, never a panic.
+// FuzzParseFile: any file is settings or EINVAL, never a panic; settings
+// with an address survive Env (what `softhca env` prints) and Parse.
 func FuzzParseFile(f *testing.F) {
 	f.Add([]byte("addr=127.0.0.1\nmtu=1024\n"))
 	f.Add([]byte("# x\n\nSOFTHCA_RATE = 1G\nbusy_poll=1\n"))
 	f.Add([]byte("port=\xff\n=\n"))
+	f.Add([]byte("addr=::1\nport=1\npeer_port=2\ndevice=d=1\nbusy_poll=f\nrate=0.1M\nlog=2\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		vals, err := ParseFile("f", b)
 		if err != nil {
 			require.ErrorIs(t, err, syscall.EINVAL)
 			return
 		}
-		if _, err := Parse(vals); err != nil {
+		s, err := Parse(vals)
+		if err != nil {
 			require.ErrorIs(t, err, syscall.EINVAL)
+			return
 		}
+		if !s.Addr.IsValid() {
+			return // Env needs an address (run and env refuse a device without one)
+		}
+		env := map[string]string{}
+		for _, kv := range s.Env() {
+			k, v, _ := cutEq(kv)
+			env[k] = v
+		}
+		back, err := Parse(env)
+		require.NoError(t, err, "%q", s.Env())
+		require.Equal(t, s, back)
 	})
 }
