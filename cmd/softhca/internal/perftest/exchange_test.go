@@ -180,7 +180,9 @@ func FuzzParseDest(f *testing.F) {
 	})
 }
 
-// FuzzParseSmall covers the version, system data, MTU and report parsers.
+// FuzzParseSmall covers the version, system data, MTU and report parsers:
+// errors wrap ErrMalformed, and what parses encodes back to a message
+// that parses the same.
 func FuzzParseSmall(f *testing.F) {
 	f.Add(EncodeVersion(Version))
 	f.Add(EncodeInt32(4096))
@@ -192,23 +194,49 @@ func FuzzParseSmall(f *testing.F) {
 				t.Fatalf("error %v does not wrap ErrMalformed", err)
 			}
 		}
-		_, _, err := ParseVersion(b)
+		s, v, err := ParseVersion(b)
 		check(err)
-		_, err = ParseCycleBuffer(b)
+		if err == nil && len(s) < VersionSize { // EncodeVersion NUL-terminates
+			s2, v2, err := ParseVersion(EncodeVersion(s))
+			require.NoError(t, err)
+			require.Equal(t, s, s2)
+			require.Equal(t, v, v2)
+		}
+		c, err := ParseCycleBuffer(b)
 		check(err)
-		_, err = ParseCacheLine(b)
+		if err == nil {
+			c2, err := ParseCycleBuffer(EncodeInt32(c))
+			require.NoError(t, err)
+			require.Equal(t, c, c2)
+		}
+		c, err = ParseCacheLine(b)
 		check(err)
+		if err == nil {
+			c2, err := ParseCacheLine(EncodeInt32(c))
+			require.NoError(t, err)
+			require.Equal(t, c, c2)
+		}
 		m, err := ParseMTU(b)
 		check(err)
 		if err == nil && (m < verbs.MTU256 || m > verbs.MTU4096) {
 			t.Fatalf("MTU %q parsed as %v", b, m)
+		}
+		if err == nil {
+			m2, err := ParseMTU(EncodeMTU(m))
+			require.NoError(t, err)
+			require.Equal(t, m, m2)
 		}
 		var fields [ReportFields][]byte
 		for i := range fields {
 			lo := min(i*ReportFieldSize, len(b))
 			fields[i] = b[lo:min(lo+ReportFieldSize, len(b))]
 		}
-		_, err = ParseReport(fields)
+		r, err := ParseReport(fields)
 		check(err)
+		if err == nil {
+			r2, err := ParseReport(r.EncodeFields())
+			require.NoError(t, err)
+			require.Equal(t, r, r2)
+		}
 	})
 }
