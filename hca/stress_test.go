@@ -188,6 +188,16 @@ func sendStream(t *testing.T, wg *sync.WaitGroup, a *side, log *wcLog, nSend, si
 	}()
 }
 
+// postRecvs posts n receives on s's QP, the i-th with wr_id first+i into
+// s's region at i*size, size bytes.
+func postRecvs(t *testing.T, s *side, first uint64, n, size int) {
+	t.Helper()
+	for i := range n {
+		_, err := s.qp.PostRecv(&verbs.RecvWR{WRID: first + uint64(i), SGList: []verbs.SGE{s.mr.SGE(i*size, size)}})
+		require.NoError(t, err)
+	}
+}
+
 // destroyedDrops is how many packets b's transport dropped for a QP that
 // is gone (destroyed while they waited, or no longer in the table).
 func destroyedDrops(d *hca.Device) uint64 {
@@ -219,10 +229,7 @@ func TestStressDestroyQPUnderFire(t *testing.T) {
 		for i := range nSend {
 			stressFill(a.buf[i*size:][:size], uint64(i)+1)
 		}
-		for i := range nRecv {
-			_, err := b.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.mr.SGE(i*size, size)}})
-			require.NoError(t, err)
-		}
+		postRecvs(t, b, 0, nRecv, size)
 
 		// The peer: post every SEND, at most 32 outstanding, and take
 		// its completions until each has one.
@@ -524,14 +531,8 @@ func TestStressCloseDeviceInUse(t *testing.T) {
 		const nRecv = 64
 		a, b := m.open(t, 1<<20)
 		stressConnect(t, a, b)
-		for i := range 256 {
-			_, err := a.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{a.mr.SGE(i*64, 64)}})
-			require.NoError(t, err)
-		}
-		for i := range nRecv {
-			_, err := b.qp.PostRecv(&verbs.RecvWR{WRID: 1<<40 | uint64(i), SGList: []verbs.SGE{b.mr.SGE(i*64, 64)}})
-			require.NoError(t, err)
-		}
+		postRecvs(t, a, 0, 256, 64)
+		postRecvs(t, b, 1<<40, nRecv, 64)
 		// A second CQ, armed on a channel of its own, with one receive
 		// outstanding on a QP in INIT.
 		ch2, err := b.dev.CreateCompChannel()
@@ -700,10 +701,7 @@ func stressModify(t *testing.T, m stressMode, round int, to verbs.QPState) {
 	for i := range nSend {
 		stressFill(a.buf[i*size:][:size], uint64(round*1000+i)+1)
 	}
-	for i := range nRecv {
-		_, err := b.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.mr.SGE(i*size, size)}})
-		require.NoError(t, err)
-	}
+	postRecvs(t, b, 0, nRecv, size)
 	aLog := newWCLog()
 	var aWG sync.WaitGroup
 	sendStream(t, &aWG, a, aLog, nSend, size)
@@ -821,10 +819,7 @@ func TestStressSharedQueues(t *testing.T) {
 		)
 		a, b := m.open(t, 1<<20)
 		stressConnect(t, a, b)
-		for i := range nRecv {
-			_, err := b.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{b.mr.SGE(i*size, size)}})
-			require.NoError(t, err)
-		}
+		postRecvs(t, b, 0, nRecv, size)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 
