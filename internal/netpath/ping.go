@@ -34,6 +34,7 @@ func (p *Path) Ping(side int, dst netip.Addr, timeout time.Duration) error {
 	id := uint16(os.Getpid())
 	deadline := time.Now().Add(timeout)
 	buf := make([]byte, 1500)
+	var sendErr error // the last request the kernel refused, if any
 	for seq := uint16(1); time.Now().Before(deadline); seq++ {
 		msg := make([]byte, 16)
 		msg[0] = request
@@ -43,8 +44,10 @@ func (p *Path) Ping(side int, dst netip.Addr, timeout time.Duration) error {
 		if request == 8 {
 			binary.BigEndian.PutUint16(msg[2:], icmpChecksum(msg)) // the kernel sums ICMPv6 itself
 		}
+		// A refused request (no neighbour yet, an address still
+		// tentative) is asked again after the interval, as ping -w does.
 		if _, err := c.WriteTo(msg, to); err != nil {
-			return fmt.Errorf("netpath: ping %v from %s: %w", dst, p.Namespace(side), err)
+			sendErr = err
 		}
 		wait := time.Now().Add(pingInterval)
 		if wait.After(deadline) {
@@ -67,6 +70,9 @@ func (p *Path) Ping(side int, dst netip.Addr, timeout time.Duration) error {
 				return nil
 			}
 		}
+	}
+	if sendErr != nil {
+		return fmt.Errorf("netpath: ping %v from %s: no echo reply within %v (last send: %w)", dst, p.Namespace(side), timeout, sendErr)
 	}
 	return fmt.Errorf("netpath: ping %v from %s: no echo reply within %v", dst, p.Namespace(side), timeout)
 }
