@@ -314,18 +314,7 @@ func waitValue[T any](t testing.TB, c <-chan T) T {
 // turn in the caller: no Endpoint call, so no timer re-armed to keep the
 // closed engine reachable, and nothing built for a closed link.
 func TestEngineRingAfterClose(t *testing.T) {
-	l := newBulkLink()
-	clk := clock.NewFake(t0)
-	e := NewEngine(Config{Link: l, Clock: clk, Mem: newFakeMem(), Workers: 1, BusyPoll: true})
-	var runs atomic.Int32
-	x := &fakeEP{name: "x", log: &callLog{}}
-	x.run = func(tt *Turn) Result {
-		runs.Add(1)
-		return Result{Deadline: tt.Env().Now.Add(time.Hour)}
-	}
-	h := e.Attach(0x10, x)
-	require.NoError(t, e.Close())
-	require.Zero(t, clk.Pending())
+	h, clk, runs := closedBusyPollEngine(t, Config{}, Result{})
 	h.Ring()
 	require.Zero(t, runs.Load(), "a turn ran after Close")
 	require.Zero(t, clk.Pending(), "a timer was armed after Close")
@@ -338,21 +327,37 @@ func TestEngineRingAfterClose(t *testing.T) {
 // goroutine would run their turns, and a pending timer kept the closed
 // engine reachable until it fired.
 func TestEngineTurnAfterCloseArmsNoTimer(t *testing.T) {
-	l := newBulkLink()
-	clk := clock.NewFake(t0)
-	e := NewEngine(Config{Link: l, Clock: clk, Mem: newFakeMem(), Workers: 1, BusyPoll: true,
-		CC: CCConfig{DeviceWindow: 1}})
-	e.cc.inflight[0].n.Add(1) // the device window is full: a QP stopped by it waits
-	var runs atomic.Int32
-	x := &fakeEP{name: "x", log: &callLog{}}
-	x.run = func(tt *Turn) Result {
-		runs.Add(1)
-		return Result{Deadline: tt.Env().Now.Add(time.Hour), DeviceWait: true}
-	}
-	h := e.Attach(0x10, x)
-	require.NoError(t, e.Close())
-	require.Zero(t, clk.Pending())
+	// The device window is full, so a QP it stops waits (and the worker
+	// would arm its backstop).
+	h, clk, runs := closedBusyPollEngine(t, Config{CC: CCConfig{DeviceWindow: 1}}, Result{DeviceWait: true})
 	h.w.signal(h, pendingKick, turnInline) // what Ring does when it found the engine open
 	require.Equal(t, int32(1), runs.Load(), "the turn did not run")
 	require.Zero(t, clk.Pending(), "a timer was armed after Close")
+}
+
+// closedBusyPollEngine makes a busy-polling engine of one worker with cfg
+// (its link, clock and memory fakes), whose device window, if it has one,
+// is full; attaches a QP whose Run counts its calls in runs and returns
+// res with a deadline an hour ahead; closes the engine; and checks that
+// no timer is pending.
+func closedBusyPollEngine(t *testing.T, cfg Config, res Result) (h *Handle, clk *clock.Fake, runs *atomic.Int32) {
+	t.Helper()
+	clk = clock.NewFake(t0)
+	cfg.Link, cfg.Clock, cfg.Mem, cfg.Workers, cfg.BusyPoll = newBulkLink(), clk, newFakeMem(), 1, true
+	e := NewEngine(cfg)
+	if cfg.CC.DeviceWindow > 0 {
+		e.cc.inflight[0].n.Add(int64(cfg.CC.DeviceWindow))
+	}
+	runs = new(atomic.Int32)
+	x := &fakeEP{name: "x", log: &callLog{}}
+	x.run = func(tt *Turn) Result {
+		runs.Add(1)
+		r := res
+		r.Deadline = tt.Env().Now.Add(time.Hour)
+		return r
+	}
+	h = e.Attach(0x10, x)
+	require.NoError(t, e.Close())
+	require.Zero(t, clk.Pending())
+	return h, clk, runs
 }
