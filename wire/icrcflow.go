@@ -22,12 +22,12 @@ import "net/netip"
 // fields (addresses, ports, DF), so that the ICRC of each of its packets
 // costs a table lookup per varying header byte instead of a CRC over the
 // whole pseudo-header. A QP keeps one for the packets it sends; the
-// engine checks the packets it receives through an ICRCFlows. Its methods give the results of
-// the package functions of the same names for any n: they check n's flow
-// against the cached one and recompute the cache when it differs (without
-// allocating), and they take the package functions' path for IPv6 and
-// for an n whose source is not an IPv4 address (as a bad n from the
-// receive path may be).
+// engine checks the packets it receives through an ICRCFlows. Its
+// methods give the results of the package functions of the same names
+// for any n: they check n's flow against the cached one and recompute the
+// cache when it differs (without allocating), and they take the package
+// functions' path for IPv6 and for an n whose source is not an IPv4
+// address (as a bad n from the receive path may be).
 //
 // The zero value is ready to use. An ICRCFlow is not safe for concurrent
 // use: its owner serialises the calls.
