@@ -67,8 +67,13 @@
 // super-packet 0, 1, 2, ... (inet_gso_segment), not 0 each, so for IPv4
 // the link rewrites the ICRC of segment k for ID k: the CRC is linear, so
 // that is an XOR with a value that depends only on k and the packet length
-// (cached per length). The rewritten ICRC goes to the kernel as a separate
-// 4-byte iovec; the caller's buffer is never modified. If the kernel
+// (cached per length). The caller's buffer is never modified: a packet of
+// at most copyMax (512) bytes is copied into the link's staging buffer,
+// end to end with the rest of its run, and its ICRC rewritten there, so
+// that a run of small packets reaches the kernel as one iovec (the kernel
+// copies each iovec separately, at a cost per iovec that exceeds copying
+// a small packet); a larger packet goes as iovecs of its own pieces, its
+// rewritten ICRC a separate 4-byte iovec. If the kernel
 // refuses a super-packet with EIO (a device without checksum offload),
 // GSO is switched off for good and the packets are sent one by one.
 //

@@ -589,3 +589,83 @@ func TestSendPayloadManyIovecs(t *testing.T) {
 		checkPayload(t, g)
 	}
 }
+
+// TestSendSmallPackets: small packets, which Send copies end to end into
+// its staging buffer so that a GSO run of them is one iovec, arrive as
+// they were sent, whole or with their payload apart, around a large
+// packet that is not copied and past the point where the staging buffer
+// is full; each GSO segment's ICRC is the one for its IPv4 ID; the
+// caller's buffers are not written.
+func TestSendSmallPackets(t *testing.T) {
+	t.Parallel()
+	for _, fam := range []netip.AddrPort{lo4, lo6} {
+		for _, gso := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/gso=%v", fam.Addr(), gso), func(t *testing.T) {
+				t.Parallel()
+				a := open(t, udp.Config{Addr: fam, GSO: gso})
+				b := open(t, udp.Config{Addr: fam, GRO: gso})
+				n := netFor(t, a, b)
+				var pkts []link.Packet
+				var ids []int // each packet's IPv4 ID: its place in its GSO run
+				add := func(p link.Packet, id int) {
+					pkts = append(pkts, p)
+					ids = append(ids, id)
+				}
+				for i := range 30 { // 64-byte SENDs
+					add(packet(&n, 3, len(pkts), 64), i)
+				}
+				for i := range 10 { // the same with the payload apart: the same run
+					p := packet(&n, 3, len(pkts), 64)
+					body := len(p.Buf) - wire.ICRCSize
+					add(link.Packet{Buf: append(bytes.Clone(p.Buf[:wire.BTHSize]), p.Buf[body:]...), Net: p.Net,
+						Payload: bytes.Clone(p.Buf[wire.BTHSize:body]), PayloadAt: wire.BTHSize}, 30+i)
+				}
+				// A large packet, sent from where it lies, and the first ACK
+				// as its run's shorter last segment; then a run of ACKs.
+				add(sized(&n, 3, len(pkts), 1100), 0)
+				add(packet(&n, 3, len(pkts), -1), 1)
+				for i := range 19 {
+					add(packet(&n, 3, len(pkts), -1), i)
+				}
+				exact := len(pkts)
+				for range 1000 { // more than the staging buffer holds
+					add(packet(&n, 3, len(pkts), 64), -1)
+				}
+				before := make([][]byte, len(pkts))
+				for i, p := range pkts {
+					before[i] = bytes.Clone(p.Buf)
+				}
+				require.NoError(t, a.Send(pkts))
+				require.Equal(t, uint64(len(pkts)), a.Stats().TxPackets)
+				out := receive(t, b, len(pkts), 64)
+				runs := 0
+				for i, g := range out {
+					require.Equal(t, i, g.psn)
+					require.Equal(t, pkts[i].Len(), g.size)
+					checkPayload(t, g)
+					if !fam.Addr().Is4() || !gso {
+						continue
+					}
+					if i < exact {
+						require.Equal(t, uint16(ids[i]), g.id, "packet %d's ICRC is for its IP ID", i)
+						continue
+					}
+					// Where the runs of the last 1,000 end depends on how
+					// many iovecs and staging bytes a batch has left; within
+					// a run, the IDs count up from 0.
+					if g.id != 0 {
+						require.Equal(t, out[i-1].id+1, g.id, "packet %d's ICRC is for its IP ID", i)
+					} else {
+						runs++
+					}
+				}
+				if fam.Addr().Is4() && gso {
+					require.Less(t, runs, 1000/32, "runs of 1,000 small packets")
+				}
+				for i, p := range pkts {
+					require.Equal(t, before[i], p.Buf, "packet %d's buffer written", i)
+				}
+			})
+		}
+	}
+}
