@@ -231,10 +231,15 @@ func mtuOf(v string) (verbs.MTU, bool) {
 }
 
 // Env returns the variables that configure s, as `softhca env` prints
-// them: only those that differ from the defaults, and SOFTHCA_ADDR.
+// them: only those that differ from the defaults, and SOFTHCA_ADDR when
+// s has an address (without one there is no device, as Parse of no
+// SOFTHCA_ADDR says).
 func (s Settings) Env() []string {
 	def := defaults()
-	out := []string{VarAddr + "=" + s.Addr.String()}
+	var out []string
+	if s.Addr.IsValid() {
+		out = append(out, VarAddr+"="+s.Addr.String())
+	}
 	if s.Port != def.Port {
 		out = append(out, VarPort+"="+strconv.Itoa(int(s.Port)))
 	}

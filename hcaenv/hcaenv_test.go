@@ -98,6 +98,18 @@ func TestParse(t *testing.T) {
 	require.True(t, def.BusyPoll, "C programs poll their CQs")
 	_, err = Open(def)
 	require.ErrorIs(t, err, syscall.ENODEV)
+	// Without an address Env says nothing of one (it printed
+	// SOFTHCA_ADDR=invalid IP, which Parse refuses), and reads back.
+	def.Port = 4800
+	require.Equal(t, []string{VarPort + "=4800"}, def.Env())
+	vals = map[string]string{}
+	for _, kv := range def.Env() {
+		k, v, _ := cutEq(kv)
+		vals[k] = v
+	}
+	back, err = Parse(vals)
+	require.NoError(t, err)
+	require.Equal(t, def, back)
 }
 
 func cutEq(kv string) (string, string, bool) {
