@@ -176,6 +176,9 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 			if int(r.psn.Diff(r.ackPSN)) >= r.win.size(env) {
 				break
 			}
+			if w.WR.Opcode == verbs.WRRDMARead && r.readWaits(q, env, w) {
+				break
+			}
 			if r.psn == r.maxPSN && room < 0 {
 				room = max(r.win.deviceRoom(env), 0)
 			}
@@ -224,6 +227,36 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 	r.checkDrained(q, fx)
 }
 
+// readWaits reports whether the READ w, about to ask for responses from
+// the next PSN on, waits for room in the window. A READ asks for its
+// responses a window at a time (each part a READ request of its own), and
+// the next part waits for the responses of the one before. So a READ (or
+// the rest of one) that the window could take whole waits until it can:
+// asking for the window's room now would leave the rest to be asked for
+// a round trip later, and every request behind it waiting that long. A
+// READ longer than the window asks for what the room allows; a part
+// asked for before is asked for again as it was.
+func (r *Requester) readWaits(q *QP, env *Env, w *SendWQE) bool {
+	psn := r.psn
+	var n int
+	switch {
+	case w.state == WQEPosted:
+		// The PSN startWQE will give it.
+		if r.next > 0 {
+			if prev := q.SQ.At(r.next - 1); prev.state != WQEPosted && prev.state != WQEFailed {
+				psn = prev.lastPSN.Add(1)
+			}
+		}
+		n = int(packetsFor(w.messageLength(), q.P.MTU))
+	case w.holdsPSN(psn) && psn.Diff(w.reqTo) >= 0:
+		n = int(w.lastPSN.Diff(psn)) + 1
+	default:
+		return false
+	}
+	size := r.win.size(env)
+	return n <= size && n > size-int(psn.Diff(r.ackPSN))
+}
+
 // mayStart reports whether a posted WQE may start now.
 func (r *Requester) mayStart(q *QP, w *SendWQE, sqd bool) bool {
 	switch {
@@ -241,14 +274,7 @@ func (r *Requester) mayStart(q *QP, w *SendWQE, sqd bool) bool {
 // false when the WQE was not started: it failed a local check (WQEFailed),
 // or it was a UD message longer than the MTU, completed without sending.
 func (r *Requester) startWQE(q *QP, env *Env, w *SendWQE) bool {
-	length := uint32(0)
-	if w.WR.SendFlags&verbs.SendInline != 0 {
-		length = uint32(len(w.Inline))
-	} else {
-		for _, sge := range w.SGL {
-			length += sge.Length
-		}
-	}
+	length := w.messageLength()
 	w.length = length
 	mtu := q.P.MTU
 	if q.P.Type == verbs.QPTypeUD && length > mtu {

@@ -100,6 +100,19 @@ func (w *SendWQE) resumePSN() wire.PSN {
 	return w.firstPSN
 }
 
+// messageLength is the length of the WQE's message: its inline data or
+// the sum of its scatter/gather elements.
+func (w *SendWQE) messageLength() uint32 {
+	if w.WR.SendFlags&verbs.SendInline != 0 {
+		return uint32(len(w.Inline))
+	}
+	length := uint32(0)
+	for _, sge := range w.SGL {
+		length += sge.Length
+	}
+	return length
+}
+
 // State returns the WQE's state.
 func (w *SendWQE) State() WQEState { return w.state }
 
