@@ -497,6 +497,7 @@ func TestReadWaitsForRoom(t *testing.T) {
 	require.Len(t, pkts, 1, "the second READ does not fit the 3 PSNs left: it waits")
 	require.Equal(t, wire.RETHFields{VirtualAddress: peerVA, RKey: rkeyPeer, DMALength: n}, pkts[0].p.RETH.Fields())
 
+	var fx Effects
 	for i := uint32(0); i < 5; i++ {
 		op := wire.RCRDMAReadResponseMiddle
 		switch i {
@@ -505,8 +506,9 @@ func TestReadWaitsForRoom(t *testing.T) {
 		case 4:
 			op = wire.RCRDMAReadResponseLast
 		}
-		_, _ = h.receive(readResp(op, testSQPSN+i), data[i*testMTU:(i+1)*testMTU])
+		fx, _ = h.receive(readResp(op, testSQPSN+i), data[i*testMTU:(i+1)*testMTU])
 	}
+	require.True(t, fx.Run, "the room opened: the scheduler runs the QP again")
 	_, pkts = h.run()
 	require.Len(t, pkts, 1)
 	require.Equal(t, wire.RCRDMAReadRequest, pkts[0].op())
