@@ -36,8 +36,9 @@
 // failed work request); no byte is copied from or to memory whose lookup
 // failed. On a link that sends payloads from where they lie
 // (link.Gatherer, Env.Gather), an RC requester packet whose payload is at
-// least 1 KiB within one SGE is not copied in user space at all (UC and
-// UD sends complete before their batch leaves, so they are copied): its
+// least 1 KiB within one SGE, and a READ response of at least 1 KiB, is
+// not copied in user space at all (UC and UD sends complete before their
+// batch leaves, so they are copied): its
 // headers, pad and ICRC are built in the transmit batch and the link hands
 // the kernel the region's bytes as an iovec of their own. The batch is
 // sent within the turn, so Quiesce covers those bytes too.

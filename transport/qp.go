@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/softhca/softhca/internal/ring"
@@ -145,6 +146,19 @@ func (q *QP) Counters() QPCounters { return q.counts }
 // counts it.
 func (q *QP) emit(env *Env, size int, dst *wire.Net) {
 	env.Out.Emit(size, dst)
+	q.counted(size)
+}
+
+// emitGather queues a packet of size bytes whose headers are buf[:hl]
+// and whose payload leaves from where it lies (Env.Gather): only the
+// pad and the ICRC are written after the headers. The payload must stay
+// valid until the turn ends (a lookup's bytes do: Quiesce waits for it).
+func (q *QP) emitGather(env *Env, buf []byte, hl, size int, payload []byte, dst *wire.Net) {
+	tail := size - hl - len(payload)
+	pad := tail - wire.ICRCSize
+	clear(buf[hl : hl+pad])
+	binary.LittleEndian.PutUint32(buf[hl+pad:], q.icrc.ICRCGather(dst, buf[:hl], payload, pad))
+	env.Gather.EmitGather(hl, payload, tail, dst)
 	q.counted(size)
 }
 

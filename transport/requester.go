@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"encoding/binary"
 	"time"
 
 	"github.com/softhca/softhca/verbs"
@@ -443,14 +442,7 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE, stops bool) bool {
 		b = inPlace(env.Mem, q.P.PD, w, r.off, payload)
 	}
 	if b != nil {
-		// The payload leaves from the region: only the headers, the
-		// pad and the ICRC are written here.
-		tail := size - hl - len(b)
-		pad := tail - wire.ICRCSize
-		clear(buf[hl : hl+pad])
-		binary.LittleEndian.PutUint32(buf[hl+pad:], q.icrc.ICRCGather(dst, buf[:hl], b, pad))
-		env.Gather.EmitGather(hl, b, tail, dst)
-		q.counted(size)
+		q.emitGather(env, buf, hl, size, b, dst)
 	} else {
 		if !gather(env.Mem, q.P.PD, w, r.off, buf[hl:hl+int(payload)]) {
 			r.fail(w, verbs.WCLocProtErr)

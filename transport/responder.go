@@ -595,10 +595,16 @@ func (r *Responder) runReadReply(q *QP, env *Env, fx *Effects) {
 		}
 		buf := env.Out.Buffer()
 		hl := h.Encode(buf, int(n))
-		copy(buf[hl:], src)
 		size := h.PacketLen(int(n))
-		q.icrc.Seal(&q.P.Path, buf[:size])
-		q.emit(env, size, &q.P.Path)
+		if env.Gather != nil && n >= gatherMin {
+			// The response leaves from the region, as an RC requester's
+			// packets do.
+			q.emitGather(env, buf, hl, size, src, &q.P.Path)
+		} else {
+			copy(buf[hl:], src)
+			q.icrc.Seal(&q.P.Path, buf[:size])
+			q.emit(env, size, &q.P.Path)
+		}
 		env.spend(size)
 		q.rate.sent(env, size)
 		if r.replyPSN.Diff(res.sentTo) < 0 {

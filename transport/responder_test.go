@@ -159,6 +159,29 @@ func (h *qpt) readResponses() []sent {
 	}
 }
 
+// TestResponderReadInPlace: with an emitter that takes payloads where
+// they lie (Env.Gather), a READ response of at least gatherMin bytes is
+// emitted with its payload as a slice of the region, as an RC requester's
+// packets are; a shorter one is copied. Both are byte-exact with a good
+// ICRC (the recorder checks the assembled packet's).
+func TestResponderReadInPlace(t *testing.T) {
+	p := defaultParams(verbs.QPTypeRC)
+	p.MTU = 4096
+	h := newQPT(t, p)
+	h.gather = true
+	copy(h.mem0, pattern(5, memSize))
+	_, _ = h.receive(withRETH(request(wire.RCRDMAReadRequest, testRQPSN), memVA+10, rkeyMem, 4096+1000), nil)
+	pkts := h.readResponses()
+	require.Len(t, pkts, 2)
+	end := h.mem0[:cap(h.mem0)]
+	require.NotNil(t, pkts[0].inPlace, "a full response leaves from the region")
+	b := pkts[0].inPlace[:cap(pkts[0].inPlace)]
+	require.Same(t, &end[len(end)-1], &b[len(b)-1], "the region's own bytes")
+	require.Nil(t, pkts[1].inPlace, "1000 bytes: copied")
+	require.Equal(t, h.mem0[10:4106], pkts[0].p.Payload)
+	require.Equal(t, h.mem0[4106:5106], pkts[1].p.Payload)
+}
+
 // TestResponderRead: an RDMA READ is answered by Run, a Budget at a time
 // (More until done), with READ responses First/Middle/Last or Only from
 // the request's PSN on (IBTA 9.4.3, 9.7.4.1.3, table 38); First, Last and
