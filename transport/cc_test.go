@@ -528,3 +528,86 @@ func TestReadWaitsForRoom(t *testing.T) {
 	require.Equal(t, []string{"1:success", "2:success"}, wcs(h.scq.take()))
 	require.Equal(t, data, h.dst[:2*n])
 }
+
+// TestReadPartsPipelined: a READ longer than the window is asked for in
+// parts of readPartPSNs responses, as many as the window and
+// max_rd_atomic allow at once (each part is a READ the responder holds a
+// resource for), and the next part as soon as a part's responses arrived,
+// not once all asked for did; a response lost asks again for the rest of
+// its part and then for the parts after it, each as it was asked (a
+// duplicate of the request the responder is answering would restart
+// it). With max_rd_atomic 1, one part at a time.
+func TestReadPartsPipelined(t *testing.T) {
+	const k = readPartPSNs
+	const n = 8 * k * testMTU // longer than the 128-PSN window
+	data := pattern(9, n)
+	resp := func(h *qpt, i uint32) Effects {
+		op := wire.RCRDMAReadResponseMiddle
+		switch i {
+		case 0:
+			op = wire.RCRDMAReadResponseFirst
+		case 8*k - 1:
+			op = wire.RCRDMAReadResponseLast
+		}
+		fx, _ := h.receive(readResp(op, testSQPSN+i), data[i*testMTU:(i+1)*testMTU])
+		return fx
+	}
+	parts := func(pkts []sent) (out [][2]uint32) {
+		for _, p := range pkts {
+			require.Equal(t, wire.RCRDMAReadRequest, p.op())
+			off := p.psn() - testSQPSN
+			require.EqualValues(t, peerVA+uint64(off)*testMTU, p.p.RETH.VirtualAddress(), "part %d's RETH", off)
+			out = append(out, [2]uint32{off, p.p.RETH.DMALength() / testMTU})
+		}
+		return out
+	}
+
+	h := newRC(t).fullWindow()
+	require.Equal(t, [][2]uint32{{0, k}, {k, k}, {2 * k, k}, {3 * k, k}}, parts(h.sendAll(readWR(1, 0, n))),
+		"four parts fill the window (max_rd_atomic 4)")
+	var fx Effects
+	for i := uint32(0); i < k; i++ {
+		fx = resp(h, i)
+	}
+	require.True(t, fx.Run, "a part arrived: the next may be asked for")
+	_, pkts := h.run()
+	require.Equal(t, [][2]uint32{{4 * k, k}}, parts(pkts))
+
+	// The second part loses its sixth response: once readReorderTolerance
+	// later ones came, the rest of that part is asked for again, then the
+	// parts after it as they were.
+	for i := uint32(k); i < k+5; i++ {
+		resp(h, i)
+	}
+	for i := uint32(k + 6); i <= k+5+readReorderTolerance; i++ {
+		fx = resp(h, i)
+	}
+	require.True(t, fx.Run)
+	_, pkts = h.run()
+	require.Equal(t, [][2]uint32{{k + 5, k - 5}, {2 * k, k}, {3 * k, k}, {4 * k, k}}, parts(pkts))
+	for i := uint32(k + 5); i < 8*k; i++ {
+		if fx = resp(h, i); fx.Run {
+			_, pkts = h.run()
+			for _, p := range parts(pkts) {
+				require.Zero(t, p[0]%k, "parts start at multiples of readPartPSNs")
+				require.Greater(t, p[0], uint32(4*k), "only new parts")
+			}
+		}
+	}
+	require.Equal(t, []string{"1:success"}, wcs(h.scq.take()))
+	require.Equal(t, data, h.dst[:n])
+
+	// max_rd_atomic 1: one part outstanding at a time.
+	p := defaultParams(verbs.QPTypeRC)
+	p.MaxRdAtomic = 1
+	h1 := newQPT(t, p).fullWindow()
+	require.Equal(t, [][2]uint32{{0, k}}, parts(h1.sendAll(readWR(1, 0, n))))
+	for i := uint32(0); i < k-1; i++ {
+		resp(h1, i)
+	}
+	_, pkts = h1.run()
+	require.Empty(t, pkts)
+	resp(h1, k-1)
+	_, pkts = h1.run()
+	require.Equal(t, [][2]uint32{{k, k}}, parts(pkts))
+}

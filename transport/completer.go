@@ -255,6 +255,7 @@ func (c *Completer) readResponse(q *QP, env *Env, w *SendWQE, p *wire.Packet, fx
 	}
 	w.seen[d/64] |= 1 << (d % 64)
 	advanced := false
+	from := w.respNext
 	for w.seen[0]&1 != 0 {
 		w.seen[0] = w.seen[0]>>1 | w.seen[1]<<63
 		w.seen[1] >>= 1
@@ -263,8 +264,10 @@ func (c *Completer) readResponse(q *QP, env *Env, w *SendWQE, p *wire.Packet, fx
 	}
 	if advanced {
 		w.rerequested = false
-		if w.respNext == w.reqTo {
-			fx.Run = true // the part asked for arrived: the next may be asked for
+		if w.respNext == w.reqTo || partOf(w, from) != partOf(w, w.respNext) {
+			// What was asked for arrived, or a whole part of it: the
+			// window has room for the next part.
+			fx.Run = true
 		}
 		if w.firstPSN.Diff(r.ackPSN) <= 0 && w.respNext.Diff(r.ackPSN) > 0 {
 			// Responses received in order acknowledge their PSNs: the
@@ -290,6 +293,11 @@ func (c *Completer) readResponse(q *QP, env *Env, w *SendWQE, p *wire.Packet, fx
 		w.rerequested = true
 		c.rerequest(q, env, w.respNext, fx)
 	}
+}
+
+// partOf returns which readPartPSNs-long part of the READ w psn is in.
+func partOf(w *SendWQE, psn wire.PSN) uint32 {
+	return uint32(psn.Diff(w.firstPSN)) / readPartPSNs
 }
 
 // rerequest asks again for a READ's responses from psn (or an ATOMIC's

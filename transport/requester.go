@@ -160,13 +160,15 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 			r.psn = w.resumePSN()
 		}
 		if w.state == WQEStarted && w.WR.Opcode == verbs.WRRDMARead && w.holdsPSN(r.psn) {
-			// A READ asked for in parts waits for the responses of
-			// the part it asked for before it asks for the next, from
-			// the first response missing.
-			if w.respNext.Diff(r.psn) < 0 {
+			// A READ asked for in parts asks from its first missing
+			// response once everything it asked for arrived; while
+			// responses are missing, it asks for the next part only
+			// as readAsk allows.
+			if w.respNext.Diff(r.psn) >= 0 {
+				r.psn = w.respNext
+			} else if r.psn.Diff(w.reqTo) >= 0 && r.readAsk(q, env, w, r.psn) == 0 {
 				break
 			}
-			r.psn = w.respNext
 		}
 		// A WQE starts (takes its PSNs) only when a packet of it can
 		// leave now: the window and the budget come first, so that
@@ -226,18 +228,18 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 	r.checkDrained(q, fx)
 }
 
+// readPartPSNs bounds the parts a READ longer than the window is asked
+// for in: each part lies within one block of readPartPSNs responses
+// counted from the READ's first, so a part asked for again after a loss
+// is known without a record of every part (it ends at the next multiple,
+// or where the asking ended), and the next part may be asked for while
+// the last one's responses still arrive.
+const readPartPSNs = 32
+
 // readWaits reports whether the READ w, about to ask for responses from
-// the next PSN on, waits for room in the window. A READ asks for its
-// responses a window at a time (each part a READ request of its own), and
-// the next part waits for the responses of the one before. So a READ (or
-// the rest of one) that the window could take whole waits until it can:
-// asking for the window's room now would leave the rest to be asked for
-// a round trip later, and every request behind it waiting that long. A
-// READ longer than the window asks for what the room allows; a part
-// asked for before is asked for again as it was.
+// the next PSN on, waits (readAsk).
 func (r *Requester) readWaits(q *QP, env *Env, w *SendWQE) bool {
 	psn := r.psn
-	var n int
 	switch {
 	case w.state == WQEPosted:
 		// The PSN startWQE will give it.
@@ -246,14 +248,77 @@ func (r *Requester) readWaits(q *QP, env *Env, w *SendWQE) bool {
 				psn = prev.lastPSN.Add(1)
 			}
 		}
-		n = int(packetsFor(w.messageLength(), q.P.MTU))
 	case w.holdsPSN(psn) && psn.Diff(w.reqTo) >= 0:
-		n = int(w.lastPSN.Diff(psn)) + 1
 	default:
-		return false
+		return false // asks again for what it asked for before
+	}
+	return r.readAsk(q, env, w, psn) == 0
+}
+
+// readAsk returns how many responses the READ w asks for in a new request
+// starting at psn, or 0 when that request waits. Each request is a READ
+// of its own to the responder:
+//   - a READ the window could take whole is asked for whole, once the
+//     window has room for all of it (asking for the room's worth now would
+//     leave the rest for later, and every request behind it waiting);
+//   - a longer one is asked for in parts within the window's room, each
+//     within one block of readPartPSNs (w.parted);
+//   - while responses it asked for are missing, the next part is asked for
+//     only whole (a full block, or the READ's last) and only while fewer
+//     READs than max_rd_atomic are outstanding, each part counting as one:
+//     the responder holds a resource for each.
+func (r *Requester) readAsk(q *QP, env *Env, w *SendWQE, psn wire.PSN) int {
+	first := w.state == WQEPosted || w.reqTo == w.firstPSN
+	var rest int
+	if w.state == WQEPosted {
+		rest = int(packetsFor(w.messageLength(), q.P.MTU))
+	} else {
+		rest = int(w.lastPSN.Diff(psn)) + 1
 	}
 	size := r.win.size(env)
-	return n <= size && n > size-int(psn.Diff(r.ackPSN))
+	room := size - int(psn.Diff(r.ackPSN))
+	if room <= 0 {
+		return 0
+	}
+	if first && rest <= size {
+		if rest > room {
+			return 0
+		}
+		return rest
+	}
+	off := 0
+	if w.state != WQEPosted {
+		off = int(psn.Diff(w.firstPSN))
+	}
+	part := min(rest, readPartPSNs-off%readPartPSNs)
+	if w.state == WQEStarted && w.respNext != w.reqTo {
+		if off%readPartPSNs != 0 || room < part || r.readsOutstanding(q)+1 > max(1, int(q.P.MaxRdAtomic)) {
+			return 0
+		}
+	}
+	return min(part, room)
+}
+
+// readsOutstanding counts the READ and ATOMIC requests outstanding, the
+// parts of a READ each as one (a part spanning several multiples of
+// readPartPSNs counts as several: an overcount, never an undercount).
+func (r *Requester) readsOutstanding(q *QP) int {
+	n := r.rdAtomic
+	for i := 0; i < q.SQ.Len(); i++ {
+		w := q.SQ.At(i)
+		if w.state == WQEPosted || w.state == WQEFailed {
+			break
+		}
+		if w.state != WQEStarted || w.WR.Opcode != verbs.WRRDMARead || w.respNext.Diff(w.reqTo) >= 0 {
+			continue
+		}
+		// Parts beyond the first: the multiples of readPartPSNs strictly
+		// between the first missing response and the end of the asked.
+		from := uint32(w.respNext.Diff(w.firstPSN)) / readPartPSNs
+		to := (uint32(w.reqTo.Diff(w.firstPSN)) - 1) / readPartPSNs
+		n += int(to - from)
+	}
+	return n
 }
 
 // mayStart reports whether a posted WQE may start now.
@@ -303,6 +368,7 @@ func (r *Requester) startWQE(q *QP, env *Env, w *SendWQE) bool {
 	}
 	w.setState(WQEStarted)
 	w.firstPSN, w.lastPSN, w.respNext, w.reqTo = r.psn, r.psn.Add(n-1), r.psn, r.psn
+	w.parted = false
 	w.seen, w.rerequested = [2]uint64{}, false
 	r.off = 0
 	if w.readAtomic() {
@@ -362,20 +428,27 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE, stops bool) bool {
 			// A READ sent again asks only for what is missing: r.psn is
 			// then the first missing response's PSN (IBTA 9.7.6.1.4).
 			// A READ longer than the window is asked for the same way,
-			// a window of responses at a time, so that the responses
-			// in flight follow the window as requests do: each part is
-			// a READ request of its own to the responder.
+			// in parts within the window (readAsk), so that the
+			// responses in flight follow the window as requests do:
+			// each part is a READ request of its own to the responder.
 			// A part's end, once asked for, never moves: whichever
 			// request for it the responder executed, what is asked
 			// again lies within it (rxe and softhca replay a READ only
 			// within the range they remember).
 			done := min(uint32(r.psn.Diff(w.firstPSN))*mtu, total)
 			if r.psn.Diff(w.reqTo) < 0 {
-				readPSNs = uint32(w.reqTo.Diff(r.psn)) // a part asked for before
+				// Asked for before: up to the end of the request it was
+				// asked in (a part ends at the next multiple of
+				// readPartPSNs at the latest).
+				readPSNs = uint32(w.reqTo.Diff(r.psn))
+				if w.parted {
+					off := uint32(r.psn.Diff(w.firstPSN))
+					readPSNs = min(readPSNs, (off/readPartPSNs+1)*readPartPSNs-off)
+				}
 			} else {
-				readPSNs = uint32(w.lastPSN.Diff(r.psn)) + 1
-				if room := r.win.size(env) - int(r.psn.Diff(r.ackPSN)); room > 0 {
-					readPSNs = min(readPSNs, uint32(room))
+				readPSNs = uint32(max(r.readAsk(q, env, w, r.psn), 1))
+				if w.reqTo == w.firstPSN && r.psn == w.firstPSN && int(readPSNs) <= int(w.lastPSN.Diff(r.psn)) {
+					w.parted = true // the first request does not ask for all of it
 				}
 				w.reqTo = r.psn.Add(readPSNs)
 			}

@@ -42,6 +42,9 @@ type SendWQE struct {
 	// reqTo: READ, one past the last response PSN asked for so far (a
 	// READ longer than the window is asked for in parts).
 	reqTo wire.PSN
+	// parted: READ, asked for in parts (readAsk), each within one block
+	// of readPartPSNs responses; otherwise in one request.
+	parted bool
 	// rerequested: a READ or ATOMIC was asked for again after a missing
 	// response, and no response has arrived since.
 	rerequested bool
