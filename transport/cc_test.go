@@ -611,3 +611,33 @@ func TestReadPartsPipelined(t *testing.T) {
 	_, pkts = h1.run()
 	require.Equal(t, [][2]uint32{{k, k}}, parts(pkts))
 }
+
+// TestReadPartsCountAgainstMaxRdAtomic: a READ does not start while the
+// parts of an earlier one already take max_rd_atomic. Counted per work
+// request, it started: the responder then had more READs outstanding
+// than it remembers, forgot the oldest part, and a response of that part
+// lost could never be asked for again (TestPairLossyLong with seed 350 of
+// 4,000 made no progress with retries forever).
+func TestReadPartsCountAgainstMaxRdAtomic(t *testing.T) {
+	const k = readPartPSNs
+	p := defaultParams(verbs.QPTypeRC)
+	p.MaxRdAtomic = 2
+	h := newQPT(t, p).fullWindow()
+	data := pattern(2, 5*k*testMTU)
+	pkts := h.sendAll(readWR(1, 0, 5*k*testMTU), readWR(2, 0, testMTU))
+	require.Equal(t, []uint32{testSQPSN, testSQPSN + k}, psns(pkts), "two parts: max_rd_atomic")
+	// Each part that arrives lets the next be asked for, until the first
+	// READ has all its parts asked for, two of them outstanding.
+	for part := uint32(0); part < 3; part++ {
+		for i := part * k; i < (part+1)*k; i++ {
+			op := wire.RCRDMAReadResponseMiddle
+			if i == 0 {
+				op = wire.RCRDMAReadResponseFirst
+			}
+			_, _ = h.receive(readResp(op, testSQPSN+i), data[i*testMTU:(i+1)*testMTU])
+		}
+		_, pkts = h.run()
+		require.Equal(t, []uint32{testSQPSN + (part+2)*k}, psns(pkts),
+			"after part %d: the next part only, not the second READ", part)
+	}
+}

@@ -328,8 +328,12 @@ func (r *Requester) mayStart(q *QP, w *SendWQE, sqd bool) bool {
 		return false // SQD: started WQEs finish, new ones wait (IBTA 11.6.3.1)
 	case w.WR.SendFlags&verbs.SendFence != 0 && r.rdAtomic > 0:
 		return false // IBV_SEND_FENCE waits for earlier READs and ATOMICs
-	case w.readAtomic() && r.rdAtomic >= max(1, int(q.P.MaxRdAtomic)):
-		return false // max_rd_atomic READs and ATOMICs are outstanding
+	case w.readAtomic() && r.readsOutstanding(q) >= max(1, int(q.P.MaxRdAtomic)):
+		// max_rd_atomic READs and ATOMICs are outstanding, each part of
+		// a READ asked for in parts counting as one: the responder
+		// remembers only that many, and one it forgot cannot be asked
+		// for again.
+		return false
 	}
 	return true
 }
