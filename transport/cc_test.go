@@ -641,3 +641,16 @@ func TestReadPartsCountAgainstMaxRdAtomic(t *testing.T) {
 			"after part %d: the next part only, not the second READ", part)
 	}
 }
+
+// TestReadWholeCountsOnce: a READ asked for whole is one request against
+// max_rd_atomic however many blocks of readPartPSNs it spans; counted per
+// block, a 40-response READ took both of max_rd_atomic 2 and the next
+// READ waited for nothing.
+func TestReadWholeCountsOnce(t *testing.T) {
+	p := defaultParams(verbs.QPTypeRC)
+	p.MaxRdAtomic = 2
+	h := newQPT(t, p).fullWindow()
+	pkts := h.sendAll(readWR(1, 0, 40*testMTU), readWR(2, 40*testMTU, testMTU))
+	require.Equal(t, []uint32{testSQPSN, testSQPSN + 40}, psns(pkts), "both READs asked for")
+	require.EqualValues(t, 40*testMTU, pkts[0].p.RETH.DMALength(), "the first whole")
+}

@@ -228,6 +228,17 @@ func (r *Requester) run(q *QP, env *Env, fx *Effects) {
 	r.checkDrained(q, fx)
 }
 
+// startPSN is the first PSN of the WQE at r.next when it starts: a new
+// WQE's PSNs follow the previous WQE's.
+func (r *Requester) startPSN(q *QP) wire.PSN {
+	if r.next > 0 {
+		if prev := q.SQ.At(r.next - 1); prev.state != WQEPosted && prev.state != WQEFailed {
+			return prev.lastPSN.Add(1)
+		}
+	}
+	return r.psn
+}
+
 // readPartPSNs bounds the parts a READ longer than the window is asked
 // for in: each part lies within one block of readPartPSNs responses
 // counted from the READ's first, so a part asked for again after a loss
@@ -242,12 +253,7 @@ func (r *Requester) readWaits(q *QP, env *Env, w *SendWQE) bool {
 	psn := r.psn
 	switch {
 	case w.state == WQEPosted:
-		// The PSN startWQE will give it.
-		if r.next > 0 {
-			if prev := q.SQ.At(r.next - 1); prev.state != WQEPosted && prev.state != WQEFailed {
-				psn = prev.lastPSN.Add(1)
-			}
-		}
+		psn = r.startPSN(q)
 	case w.holdsPSN(psn) && psn.Diff(w.reqTo) >= 0:
 	default:
 		return false // asks again for what it asked for before
@@ -300,8 +306,8 @@ func (r *Requester) readAsk(q *QP, env *Env, w *SendWQE, psn wire.PSN) int {
 }
 
 // readsOutstanding counts the READ and ATOMIC requests outstanding, the
-// parts of a READ each as one (a part spanning several multiples of
-// readPartPSNs counts as several: an overcount, never an undercount).
+// parts of a READ asked for in parts each as one (a READ asked for whole
+// is one request, however many blocks it spans).
 func (r *Requester) readsOutstanding(q *QP) int {
 	n := r.rdAtomic
 	for i := 0; i < q.SQ.Len(); i++ {
@@ -309,11 +315,12 @@ func (r *Requester) readsOutstanding(q *QP) int {
 		if w.state == WQEPosted || w.state == WQEFailed {
 			break
 		}
-		if w.state != WQEStarted || w.WR.Opcode != verbs.WRRDMARead || w.respNext.Diff(w.reqTo) >= 0 {
+		if w.state != WQEStarted || !w.parted || w.respNext.Diff(w.reqTo) >= 0 {
 			continue
 		}
-		// Parts beyond the first: the multiples of readPartPSNs strictly
-		// between the first missing response and the end of the asked.
+		// Parts beyond the first: each part lies within one block, so
+		// the multiples of readPartPSNs strictly between the first
+		// missing response and the end of the asked count them.
 		from := uint32(w.respNext.Diff(w.firstPSN)) / readPartPSNs
 		to := (uint32(w.reqTo.Diff(w.firstPSN)) - 1) / readPartPSNs
 		n += int(to - from)
@@ -364,12 +371,7 @@ func (r *Requester) startWQE(q *QP, env *Env, w *SendWQE) bool {
 	if w.WR.Opcode.IsAtomic() {
 		n = 1
 	}
-	// A new WQE's PSNs follow the previous WQE's.
-	if r.next > 0 {
-		if prev := q.SQ.At(r.next - 1); prev.state != WQEPosted && prev.state != WQEFailed {
-			r.psn = prev.lastPSN.Add(1)
-		}
-	}
+	r.psn = r.startPSN(q)
 	w.setState(WQEStarted)
 	w.firstPSN, w.lastPSN, w.respNext, w.reqTo = r.psn, r.psn.Add(n-1), r.psn, r.psn
 	w.parted = false
