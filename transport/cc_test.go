@@ -481,6 +481,19 @@ func TestDeviceRate(t *testing.T) {
 	}
 }
 
+// readRespOp is the opcode of response i of a READ of n responses.
+func readRespOp(i, n uint32) wire.OpCode {
+	switch {
+	case n == 1:
+		return wire.RCRDMAReadResponseOnly
+	case i == 0:
+		return wire.RCRDMAReadResponseFirst
+	case i == n-1:
+		return wire.RCRDMAReadResponseLast
+	}
+	return wire.RCRDMAReadResponseMiddle
+}
+
 // TestReadWaitsForRoom: a READ the window could take whole but whose
 // room is short waits for the room instead of asking for a fragment of
 // itself now (whose rest it could ask for only once the fragment's
@@ -499,14 +512,7 @@ func TestReadWaitsForRoom(t *testing.T) {
 
 	var fx Effects
 	for i := uint32(0); i < 5; i++ {
-		op := wire.RCRDMAReadResponseMiddle
-		switch i {
-		case 0:
-			op = wire.RCRDMAReadResponseFirst
-		case 4:
-			op = wire.RCRDMAReadResponseLast
-		}
-		fx, _ = h.receive(readResp(op, testSQPSN+i), data[i*testMTU:(i+1)*testMTU])
+		fx, _ = h.receive(readResp(readRespOp(i, 5), testSQPSN+i), data[i*testMTU:(i+1)*testMTU])
 	}
 	require.True(t, fx.Run, "the room opened: the scheduler runs the QP again")
 	_, pkts = h.run()
@@ -516,14 +522,7 @@ func TestReadWaitsForRoom(t *testing.T) {
 	require.Equal(t, wire.RETHFields{VirtualAddress: peerVA, RKey: rkeyPeer, DMALength: n},
 		pkts[0].p.RETH.Fields(), "asked for whole")
 	for i := uint32(0); i < 5; i++ {
-		op := wire.RCRDMAReadResponseMiddle
-		switch i {
-		case 0:
-			op = wire.RCRDMAReadResponseFirst
-		case 4:
-			op = wire.RCRDMAReadResponseLast
-		}
-		_, _ = h.receive(readResp(op, testSQPSN+5+i), data[n+i*testMTU:n+(i+1)*testMTU])
+		_, _ = h.receive(readResp(readRespOp(i, 5), testSQPSN+5+i), data[n+i*testMTU:n+(i+1)*testMTU])
 	}
 	require.Equal(t, []string{"1:success", "2:success"}, wcs(h.scq.take()))
 	require.Equal(t, data, h.dst[:2*n])
@@ -542,14 +541,7 @@ func TestReadPartsPipelined(t *testing.T) {
 	const n = 8 * k * testMTU // longer than the 128-PSN window
 	data := pattern(9, n)
 	resp := func(h *qpt, i uint32) Effects {
-		op := wire.RCRDMAReadResponseMiddle
-		switch i {
-		case 0:
-			op = wire.RCRDMAReadResponseFirst
-		case 8*k - 1:
-			op = wire.RCRDMAReadResponseLast
-		}
-		fx, _ := h.receive(readResp(op, testSQPSN+i), data[i*testMTU:(i+1)*testMTU])
+		fx, _ := h.receive(readResp(readRespOp(i, 8*k), testSQPSN+i), data[i*testMTU:(i+1)*testMTU])
 		return fx
 	}
 	parts := func(pkts []sent) (out [][2]uint32) {
@@ -630,11 +622,7 @@ func TestReadPartsCountAgainstMaxRdAtomic(t *testing.T) {
 	// READ has all its parts asked for, two of them outstanding.
 	for part := uint32(0); part < 3; part++ {
 		for i := part * k; i < (part+1)*k; i++ {
-			op := wire.RCRDMAReadResponseMiddle
-			if i == 0 {
-				op = wire.RCRDMAReadResponseFirst
-			}
-			_, _ = h.receive(readResp(op, testSQPSN+i), data[i*testMTU:(i+1)*testMTU])
+			_, _ = h.receive(readResp(readRespOp(i, 5*k), testSQPSN+i), data[i*testMTU:(i+1)*testMTU])
 		}
 		_, pkts = h.run()
 		require.Equal(t, []uint32{testSQPSN + (part+2)*k}, psns(pkts),

@@ -1,6 +1,7 @@
 package udp_test
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"net/netip"
@@ -78,6 +79,14 @@ func packet(n *wire.Net, qp uint32, psn, payload int) link.Packet {
 // is size bytes: a SEND ONLY with size-16 bytes of payload.
 func sized(n *wire.Net, qp uint32, psn, size int) link.Packet {
 	return packet(n, qp, psn, size-wire.BTHSize-wire.ICRCSize)
+}
+
+// payloadApart returns p (a SEND ONLY) as a link.Gatherer caller hands it
+// over: its headers (the BTH) and its ICRC in Buf, its payload apart.
+func payloadApart(p link.Packet) link.Packet {
+	body := len(p.Buf) - wire.ICRCSize
+	return link.Packet{Buf: append(bytes.Clone(p.Buf[:wire.BTHSize]), p.Buf[body:]...), Net: p.Net,
+		Payload: bytes.Clone(p.Buf[wire.BTHSize:body]), PayloadAt: wire.BTHSize}
 }
 
 // got is one received and parsed packet.

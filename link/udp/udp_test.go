@@ -541,12 +541,7 @@ func TestSendPayload(t *testing.T) {
 						p = sized(&n, 5, i, 1100) // a shorter last segment
 					}
 					whole = append(whole, p)
-					// Headers (the 12-byte BTH) in Buf, the payload apart,
-					// the ICRC after it in Buf.
-					body := len(p.Buf) - wire.ICRCSize
-					buf := append(bytes.Clone(p.Buf[:wire.BTHSize]), p.Buf[body:]...)
-					split = append(split, link.Packet{Buf: buf, Net: p.Net,
-						Payload: bytes.Clone(p.Buf[wire.BTHSize:body]), PayloadAt: wire.BTHSize})
+					split = append(split, payloadApart(p))
 				}
 				bad := split[0]
 				bad.PayloadAt = len(bad.Buf) + 1
@@ -577,10 +572,7 @@ func TestSendPayloadManyIovecs(t *testing.T) {
 	n := netFor(t, a, b)
 	var split []link.Packet
 	for i := range 150 {
-		p := sized(&n, 6, i, 1128) // 1100-byte payloads: runs of 57 packets
-		body := len(p.Buf) - wire.ICRCSize
-		split = append(split, link.Packet{Buf: append(bytes.Clone(p.Buf[:wire.BTHSize]), p.Buf[body:]...), Net: p.Net,
-			Payload: bytes.Clone(p.Buf[wire.BTHSize:body]), PayloadAt: wire.BTHSize})
+		split = append(split, payloadApart(sized(&n, 6, i, 1128))) // 1100-byte payloads: runs of 57 packets
 	}
 	require.NoError(t, a.Send(split))
 	out := receive(t, b, len(split), 64)
@@ -615,10 +607,7 @@ func TestSendSmallPackets(t *testing.T) {
 					add(packet(&n, 3, len(pkts), 64), i)
 				}
 				for i := range 10 { // the same with the payload apart: the same run
-					p := packet(&n, 3, len(pkts), 64)
-					body := len(p.Buf) - wire.ICRCSize
-					add(link.Packet{Buf: append(bytes.Clone(p.Buf[:wire.BTHSize]), p.Buf[body:]...), Net: p.Net,
-						Payload: bytes.Clone(p.Buf[wire.BTHSize:body]), PayloadAt: wire.BTHSize}, 30+i)
+					add(payloadApart(packet(&n, 3, len(pkts), 64)), 30+i)
 				}
 				// A large packet, sent from where it lies, and the first ACK
 				// as its run's shorter last segment; then a run of ACKs.
