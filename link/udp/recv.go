@@ -242,10 +242,13 @@ func (l *Link) TryRecvBulk(bufs [][]byte, pkts []link.Packet, in []int) (int, in
 // Preconditions: l.rx.mu is held.
 func (l *Link) lendIovs(bufs [][]byte) {
 	r := &l.rx
-	for k, b := range bufs {
-		b = b[:link.BulkBufSize]
-		if v := &r.iovs[k]; v.Base != &b[0] || v.Len != uint64(len(b)) {
-			setIov(v, b)
+	iovs := r.iovs[:len(bufs)]
+	for k := range iovs {
+		// An iovec whose base is the buffer's was lent it at
+		// BulkBufSize bytes: restoreIovs points only at the link's own
+		// buffers, never at a caller's.
+		if iovs[k].Base != unsafe.SliceData(bufs[k]) {
+			setIov(&iovs[k], bufs[k][:link.BulkBufSize])
 		}
 	}
 	r.lent = max(r.lent, len(bufs))
