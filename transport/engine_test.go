@@ -37,6 +37,7 @@ type fakeLink struct {
 
 	mu         sync.Mutex
 	sent       [][]byte
+	sends      int // Send calls that sent something
 	closed     bool
 	sendClosed int // Send calls after Close
 	stats      link.Stats
@@ -72,10 +73,21 @@ func (l *fakeLink) Send(pkts []link.Packet) error {
 		l.sendClosed++
 		return net.ErrClosed
 	}
+	if len(pkts) > 0 {
+		l.sends++
+	}
 	for _, p := range pkts {
 		l.sent = append(l.sent, append([]byte(nil), p.Buf...))
 	}
 	return nil
+}
+
+// sendCalls returns how many Send calls sent something, and how many
+// packets they sent.
+func (l *fakeLink) sendCalls() (calls, pkts int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sends, len(l.sent)
 }
 
 func (l *fakeLink) LocalAddr() (wire.Net, error) { return wire.Net{Src: localAddr, SrcPort: 4791}, nil }
@@ -755,4 +767,63 @@ func TestEngineCloseStopsTimers(t *testing.T) {
 	require.Equal(t, 4, et.clk.Pending())
 	require.NoError(t, et.e.Close())
 	require.Zero(t, et.clk.Pending(), "a timer outlived Close")
+}
+
+// TestEngineDoorbellTakesYieldedTurn: a turn that delivered a receive
+// yields before it sends the ACK it owes, so that the application the
+// completion woke can answer first. The answer's doorbell takes the turn
+// over: the answer and the ACK leave in one Send before Ring returns,
+// without a switch back to the worker's goroutine, which finds the turn
+// taken and leaves it.
+func TestEngineDoorbellTakesYieldedTurn(t *testing.T) {
+	yielded, rung := make(chan struct{}), make(chan struct{})
+	var once, unblock sync.Once
+	old := yieldTurn
+	yieldTurn = func() {
+		// The first yield waits for the test's doorbell: the scheduler
+		// ran the woken application first.
+		once.Do(func() { close(yielded); <-rung })
+	}
+	t.Cleanup(func() { yieldTurn = old })
+	et := newEngineT(t, Config{Workers: 1})
+	t.Cleanup(func() { unblock.Do(func() { close(rung) }) }) // before Close
+	var owedACK, answer atomic.Bool
+	x := et.ep("x")
+	x.recv = func(*Turn, *wire.Packet) Result {
+		owedACK.Store(true)
+		return Result{Delivered: true, Run: true}
+	}
+	x.run = func(tu *Turn) Result {
+		env := tu.Env()
+		emit := func(h wire.Headers) {
+			n := wire.Net{Src: localAddr, Dst: peerAddr, SrcPort: 49152, DstPort: wire.RoCEv2Port, DontFragment: true}
+			pkt := wire.AppendPacket(env.Out.Buffer()[:0], &n, &h, nil)
+			env.Out.Emit(len(pkt), &n)
+		}
+		if answer.Swap(false) {
+			emit(request(wire.RCSendOnly, 100))
+		}
+		if owedACK.Swap(false) {
+			emit(ack(5, 1))
+		}
+		return Result{}
+	}
+	h := et.e.Attach(0x10, x)
+	et.l.deliver(t, inPacket(t, 0x10, 5))
+	waitFor(t, yielded, "the turn to yield after the receive")
+	calls, pkts := et.l.sendCalls()
+	require.Zero(t, pkts, "the ACK waits for the answer")
+
+	answer.Store(true)
+	h.Ring()
+	calls, pkts = et.l.sendCalls()
+	require.Equal(t, 1, calls, "the answer and the ACK in one Send, made by the doorbell")
+	require.Equal(t, 2, pkts)
+
+	unblock.Do(func() { close(rung) })
+	h.Flush()
+	calls, pkts = et.l.sendCalls()
+	require.Equal(t, 1, calls, "the yielding goroutine found the turn taken: nothing more sent")
+	require.Equal(t, 2, pkts)
+	require.Equal(t, []string{"x recv 5", "x run", "x run"}, et.log.get())
 }

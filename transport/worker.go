@@ -53,8 +53,10 @@ func (h *Handle) Kick() { h.w.signal(h, pendingKick, turnWake) }
 // keep the closed engine reachable. The caller must hold no lock a turn
 // takes.
 func (h *Handle) Ring() {
-	mode := turnWake
-	if h.e.cfg.BusyPoll && !h.e.closed.Load() {
+	mode := turnRing
+	if h.e.closed.Load() {
+		mode = turnWake
+	} else if h.e.cfg.BusyPoll {
 		mode = turnInline
 	}
 	h.w.signal(h, pendingKick, mode)
@@ -117,7 +119,18 @@ const (
 	// of receives the turn delivered are left for the application's next
 	// post or poll (see Engine.Progress).
 	turnPoll
+	// turnRing is turnWake for a doorbell, which also takes over a turn
+	// that yields for the answer to a receive it delivered (see
+	// runTurn): the doorbell's goroutine sends that answer with the
+	// ACKs that waited for it.
+	turnRing
+	// turnTaken is the turn a doorbell took over.
+	turnTaken
 )
+
+// yieldTurn lets the goroutines a turn's completions woke run before
+// the turn goes on (see runTurn); tests replace it to order the two.
+var yieldTurn = runtime.Gosched
 
 // worker owns a share of the QPs and runs their protocol work: it alone
 // handles their events and uses its transmit batch, so each QP's packets
@@ -145,6 +158,11 @@ type worker struct {
 	// devWaiting is len(devWaiters) as other workers see it: a worker
 	// whose turn leaves the device room kicks the workers with waiters.
 	devWaiting atomic.Int32
+	// yielding: the running turn's goroutine yields so that an
+	// application woken by a completion can answer it; a doorbell that
+	// swaps it to false takes the turn over (turnRing), and the
+	// yielding goroutine, finding it false, leaves the turn to it.
+	yielding atomic.Bool
 	// owed: work was left for the worker's goroutine since the last turn
 	// started (events queued while no turn ran, or a turn that handed
 	// off). A busy poller's runOwed looks at it before it takes mu:
@@ -255,7 +273,12 @@ func (w *worker) submitPackets(evs []pktEvent, mode turnMode) {
 //
 // Preconditions: w.mu is held; startLocked releases it.
 func (w *worker) startLocked(mode turnMode) {
-	if mode == turnWake {
+	if mode == turnRing && w.running && w.yielding.CompareAndSwap(true, false) {
+		w.mu.Unlock()
+		w.runTurn(turnTaken)
+		return
+	}
+	if mode == turnWake || mode == turnRing {
 		running := w.running
 		if !running {
 			w.owed.Store(true)
@@ -325,7 +348,7 @@ func (w *worker) run() {
 func (w *worker) runTurn(mode turnMode) {
 	inline := mode != turnWake
 	w.inline, w.inlineBytes = inline, 0
-	yielded := mode == turnPoll // the application is this goroutine
+	yielded := mode == turnPoll || mode == turnTaken // the application is this goroutine
 	deferAcks := mode == turnPoll && len(w.dirty) == 0
 	for {
 		if !w.take() {
@@ -348,7 +371,11 @@ func (w *worker) runTurn(mode turnMode) {
 			// The ACKs wait for at most one scheduling round.
 			yielded = true
 			w.delivered = false
-			runtime.Gosched()
+			w.yielding.Store(true)
+			yieldTurn()
+			if !w.yielding.CompareAndSwap(true, false) {
+				return // a doorbell took the turn over
+			}
 			continue
 		}
 		if deferAcks && w.delivered && len(w.dirty) > 0 {
