@@ -66,6 +66,16 @@
 //   - Everything else wakes the worker's goroutine: the receive
 //     goroutine's packets, timers and state changes (whose callers may
 //     hold locks).
+//   - One hand-over without busy polling: a turn of the worker's
+//     goroutine that completed a receive and owes ACKs yields once
+//     (runtime.Gosched) before it sends them, so that the application
+//     the completion woke can answer first and the answer and the ACKs
+//     leave in one send. If that application's doorbell (Handle.Ring)
+//     finds the turn yielding (worker.yielding), it takes the turn over
+//     and runs it to the end in its own goroutine; the yielding
+//     goroutine, back from its yield, finds the turn taken and leaves
+//     it. A ping-pong leg then needs no switch back to the worker's
+//     goroutine before the answer leaves.
 //
 // A turn not run by the worker's goroutine builds at most 64 KiB and
 // hands the rest to it, so neither a poster nor a poller is held by a

@@ -48,7 +48,9 @@ func (h *Handle) Kick() { h.w.signal(h, pendingKick, turnWake) }
 // Ring is the doorbell of a post to a send queue that held nothing else:
 // with busy polling, as rxe runs its requester in the caller of
 // post_send, the requester runs in the caller's goroutine unless the
-// worker is busy; otherwise it is Kick. Once the engine is closed it is
+// worker is busy; otherwise it is Kick, except that it takes over a turn
+// that yields for the answer to a receive it completed (see the package
+// threading note), running it here. Once the engine is closed it is
 // Kick too, which runs nothing: no turn then re-arms a timer that would
 // keep the closed engine reachable. The caller must hold no lock a turn
 // takes.
