@@ -500,3 +500,82 @@ func TestRequesterUCSend(t *testing.T) {
 	RequireWC(t, c.SendCQ.Next(t), 1, verbs.WCSuccess, verbs.WCSend)
 	tb.ExpectNothing(t)
 }
+
+// ibv_modify_qp(3), max_rd_atomic: the number of RDMA READs and ATOMICs
+// the requester may have outstanding at the destination QP, whose
+// responder keeps only that many (IBTA 9.5: the responder's resources
+// for them; one it forgot cannot be asked for again). A READ longer than
+// the requester's window is asked for in parts, each a READ request of
+// its own to the responder, so each part counts, and a later READ may
+// not start while the parts hold every resource. With max_rd_atomic 2,
+// every time the testbench looks, at most two READ requests are
+// unanswered; the parts ask for the READ's responses in order, and both
+// READs complete with their data.
+func TestRequesterReadPartsWithinMaxRdAtomic(t *testing.T) {
+	t.Parallel()
+	tb := New(t)
+	c := tb.NewRC(t, func(q *QPConfig) { q.MaxRdAtomic = 2 })
+	mtu := c.MTU()
+	const n = 200 // responses: longer than any window, so asked for in parts
+	dst := tb.Mem(t, (n+1)*mtu, AllAccess)
+	const va, rkey = 0x7f0000300000, 0x7171
+	c.PostSend(t, &verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{dst.SGE(0, n*mtu)}, RDMA: verbs.RDMAInfo{RemoteAddr: va, RKey: rkey}})
+	c.PostSend(t, &verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMARead, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{dst.SGE(n*mtu, mtu)}, RDMA: verbs.RDMAInfo{RemoteAddr: va + uint64(n*mtu), RKey: rkey}})
+	data := pattern((n+1)*mtu, 41)
+
+	// The READ requests unanswered, oldest first, as offsets (in
+	// responses) from the first READ's first PSN; both READs' remote
+	// bytes are one range from va.
+	type ask struct{ off, k int }
+	var out []ask
+	var first wire.PSN
+	next, asks := 0, 0
+	add := func(pk *Packet) {
+		t.Helper()
+		off, k := int(pk.PSN().Diff(first)), int(pk.P.RETH.DMALength())/mtu
+		require.Equal(t, next, off, "the READs' responses are asked for in order, from the first not asked for")
+		require.Positive(t, k)
+		require.EqualValues(t, va+uint64(off*mtu), pk.P.RETH.VirtualAddress())
+		require.EqualValues(t, k*mtu, pk.P.RETH.DMALength(), "whole responses")
+		out = append(out, ask{off, k})
+		require.LessOrEqual(t, len(out), 2, "READ requests unanswered: at most max_rd_atomic")
+		next += k
+		asks++
+	}
+	isRead := func(pk *Packet) bool { return pk.Op() == wire.RCRDMAReadRequest }
+	collect := func() {
+		t.Helper()
+		for _, pk := range tb.BarrierSkipping(t, isRead) {
+			add(pk)
+		}
+	}
+	pk := c.Expect(t, Op(wire.RCRDMAReadRequest))
+	first = pk.PSN()
+	add(pk)
+	collect()
+	for len(out) > 0 {
+		a := out[0]
+		out = out[1:]
+		for i := range a.k {
+			op := wire.RCRDMAReadResponseMiddle
+			switch {
+			case a.k == 1:
+				op = wire.RCRDMAReadResponseOnly
+			case i == 0:
+				op = wire.RCRDMAReadResponseFirst
+			case i == a.k-1:
+				op = wire.RCRDMAReadResponseLast
+			}
+			c.ReadResponse(t, op, first.Add(uint32(a.off+i)), data[(a.off+i)*mtu:(a.off+i+1)*mtu])
+		}
+		collect()
+	}
+	require.Equal(t, n+1, next, "every response asked for")
+	require.Greater(t, asks, 2, "a READ of %d responses is asked for in parts", n)
+	wcs := c.SendCQ.Wait(t, 2)
+	RequireWC(t, wcs[0], 1, verbs.WCSuccess, verbs.WCRDMARead)
+	RequireWC(t, wcs[1], 2, verbs.WCSuccess, verbs.WCRDMARead)
+	require.Equal(t, data, dst.Buf[:(n+1)*mtu])
+}
