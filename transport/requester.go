@@ -63,6 +63,11 @@ type Requester struct {
 	ackPSN wire.PSN
 	// rdAtomic counts READ and ATOMIC requests started and not completed.
 	rdAtomic int
+	// mayBeParted: a started WQE may be a READ asked for in parts
+	// (SendWQE.parted). Set where a READ is parted, cleared by
+	// readsOutstanding when it finds none, so that with no READ in
+	// parts it need not walk the started WQEs.
+	mayBeParted bool
 	// retries and rnrRetries are what is left of retry_cnt and
 	// rnr_retry (-1: forever).
 	retries, rnrRetries int
@@ -310,12 +315,20 @@ func (r *Requester) readAsk(q *QP, env *Env, w *SendWQE, psn wire.PSN) int {
 // is one request, however many blocks it spans).
 func (r *Requester) readsOutstanding(q *QP) int {
 	n := r.rdAtomic
+	if !r.mayBeParted {
+		return n
+	}
+	parted := false
 	for i := 0; i < q.SQ.Len(); i++ {
 		w := q.SQ.At(i)
 		if w.state == WQEPosted || w.state == WQEFailed {
 			break
 		}
-		if w.state != WQEStarted || !w.parted || w.respNext.Diff(w.reqTo) >= 0 {
+		if !w.parted {
+			continue
+		}
+		parted = true
+		if w.state != WQEStarted || w.respNext.Diff(w.reqTo) >= 0 {
 			continue
 		}
 		// Parts beyond the first: each part lies within one block, so
@@ -325,6 +338,7 @@ func (r *Requester) readsOutstanding(q *QP) int {
 		to := (uint32(w.reqTo.Diff(w.firstPSN)) - 1) / readPartPSNs
 		n += int(to - from)
 	}
+	r.mayBeParted = parted
 	return n
 }
 
@@ -455,6 +469,7 @@ func (r *Requester) sendPacket(q *QP, env *Env, w *SendWQE, stops bool) bool {
 				readPSNs = uint32(max(r.readAsk(q, env, w, r.psn), 1))
 				if w.reqTo == w.firstPSN && r.psn == w.firstPSN && int(readPSNs) <= int(w.lastPSN.Diff(r.psn)) {
 					w.parted = true // the first request does not ask for all of it
+					r.mayBeParted = true
 				}
 				w.reqTo = r.psn.Add(readPSNs)
 			}
