@@ -164,14 +164,26 @@ func pollLoops(t *testing.T, wg *sync.WaitGroup, cq *hca.CQ, log *wcLog, stop <-
 // sendStream starts a goroutine, counted in wg, that sends nSend signaled
 // SENDs of size bytes on a's QP (the i-th from a's region at i*size, with
 // wr_id i), at most 32 outstanding, and polls a's CQ into log until all
-// have completed.
-func sendStream(t *testing.T, wg *sync.WaitGroup, a *side, log *wcLog, nSend, size int) {
+// have completed. With a non-nil hold, the SENDs from holdAt on are posted
+// only once hold is closed.
+func sendStream(t *testing.T, wg *sync.WaitGroup, a *side, log *wcLog, nSend, size int, hold <-chan struct{}, holdAt int) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		wcs := make([]verbs.WC, 16)
+		held := func(posted int) bool {
+			if hold == nil || posted < holdAt {
+				return false
+			}
+			select {
+			case <-hold:
+				return false
+			default:
+				return true
+			}
+		}
 		for posted := 0; log.len() < nSend; {
-			for posted < nSend && posted-log.len() < 32 {
+			for posted < nSend && posted-log.len() < 32 && !held(posted) {
 				if _, err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(posted), Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled,
 					SGList: []verbs.SGE{a.mr.SGE(posted*size, size)}}); err != nil {
 					t.Errorf("post_send %d: %v", posted, err)
@@ -206,8 +218,9 @@ func destroyedDrops(d *hca.Device) uint64 {
 }
 
 // TestStressDestroyQPUnderFire destroys a receiving RC QP, then its CQ,
-// while its peer keeps sending to it and other goroutines poll the CQ
-// (Poll and PollWait; with BusyPoll they drive the transport). It
+// while its peer keeps sending to it (the second half of its SENDs posted
+// once Destroy has returned) and other goroutines poll the CQ (Poll and
+// PollWait; with BusyPoll they drive the transport). It
 // asserts that Destroy returns; that every SEND the peer saw acknowledged
 // was delivered (its receive completed successfully with the right
 // bytes) before Destroy returned; that once Destroy returned no
@@ -232,10 +245,16 @@ func TestStressDestroyQPUnderFire(t *testing.T) {
 		postRecvs(t, b, 0, nRecv, size)
 
 		// The peer: post every SEND, at most 32 outstanding, and take
-		// its completions until each has one.
+		// its completions until each has one. The second half waits for
+		// the Destroy to return, so that packets for the destroyed QP
+		// come however fast the first half went (all 200 could complete
+		// before the Destroy when the pollers outran the test goroutine).
 		aLog := newWCLog()
 		var aWG sync.WaitGroup
-		sendStream(t, &aWG, a, aLog, nSend, size)
+		destroyed := make(chan struct{})
+		var release sync.Once // on the way out too, should a require fail first
+		defer release.Do(func() { close(destroyed) })
+		sendStream(t, &aWG, a, aLog, nSend, size, destroyed, nSend/2)
 
 		// b's pollers: one Poll loop, one PollWait loop.
 		bLog := newWCLog()
@@ -255,6 +274,7 @@ func TestStressDestroyQPUnderFire(t *testing.T) {
 		defer dcancel()
 		require.NoError(t, b.qp.Destroy(dctx))
 		dropsAtDestroy := destroyedDrops(b.dev)
+		release.Do(func() { close(destroyed) })
 
 		// Stop the pollers and take what the CQ still holds: all of it
 		// was pushed before Destroy returned.
@@ -704,7 +724,7 @@ func stressModify(t *testing.T, m stressMode, round int, to verbs.QPState) {
 	postRecvs(t, b, 0, nRecv, size)
 	aLog := newWCLog()
 	var aWG sync.WaitGroup
-	sendStream(t, &aWG, a, aLog, nSend, size)
+	sendStream(t, &aWG, a, aLog, nSend, size, nil, 0)
 	bLog := newWCLog()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
