@@ -542,6 +542,43 @@ func TestEngineKick(t *testing.T) {
 	require.Equal(t, []string{"x run", "x run"}, et.log.get())
 }
 
+// TestEngineKickWhileQueued: kicks made while one is queued for the QP
+// merge into its Run, which sees what their callers changed; a kick made
+// during that Run (the queued one was taken) brings another Run, which
+// sees what its caller changed. The second would be lost if a turn let
+// go of the queued kick only after running the QP.
+func TestEngineKickWhileQueued(t *testing.T) {
+	et := newEngineT(t, Config{Workers: 1})
+	g := newGate()
+	y := et.ep("y") // holds the worker's turn while x is kicked
+	y.recv = g.recv
+	et.e.Attach(0x11, y)
+	var posted atomic.Int32 // what a poster changed before its Kick
+	var seen []int32        // posted, as each Run of x found it
+	var hx *Handle
+	x := et.ep("x")
+	x.run = func(*Turn) Result {
+		seen = append(seen, posted.Load())
+		if len(seen) == 1 {
+			posted.Store(3)
+			hx.Kick() // during the Run: the queued kick was taken
+		}
+		return Result{}
+	}
+	hx = et.e.Attach(0x10, x)
+	et.l.deliver(t, inPacket(t, 0x11, 0))
+	waitFor(t, g.entered, "y's Receive")
+	posted.Store(1)
+	hx.Kick()
+	posted.Store(2)
+	hx.Kick()
+	close(g.release)
+	et.e.Sync()
+	hx.Flush()
+	require.Equal(t, []int32{2, 3, 3}, seen, "each Run of x, what it saw (the last is Flush's)")
+	require.Equal(t, []string{"y recv 0", "x run", "x run", "x run"}, et.log.get())
+}
+
 // TestEngineDetach: once Detach returns, the Endpoint is never called
 // again: packets queued for it before are dropped as DropDestroyed, the
 // packets it held too (their buffers return to the pool), its timer is

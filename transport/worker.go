@@ -22,6 +22,10 @@ type Handle struct {
 	// Protected by w.mu.
 	queued  bool        // on w.ready
 	pending pendingBits // what the ready entry is for
+	// kickQueued: a kick is on w.ready, and the turn that takes it
+	// (clearing this first) runs the QP after. A Kick that finds it set
+	// has nothing to add: a poster's burst takes w.mu once.
+	kickQueued atomic.Bool
 
 	// Owned by the goroutine running w's turn, and by Detach while it
 	// holds w.guard for writing.
@@ -42,8 +46,15 @@ const (
 
 // Kick tells the scheduler that the QP may have work (a state change, a
 // post to a busy send queue); the worker's goroutine runs it. It may be
-// called with locks held.
-func (h *Handle) Kick() { h.w.signal(h, pendingKick, turnWake) }
+// called with locks held. What the caller changed before Kick is seen by
+// the QP's next Run: a kick still queued (kickQueued) is one whose Run is
+// yet to come, so Kick then returns at once.
+func (h *Handle) Kick() {
+	if h.kickQueued.Load() {
+		return
+	}
+	h.w.signal(h, pendingKick, turnWake)
+}
 
 // Ring is the doorbell of a post to a send queue that held nothing else:
 // with busy polling, as rxe runs its requester in the caller of
@@ -247,6 +258,9 @@ func (w *worker) wake() {
 func (w *worker) signal(h *Handle, bits pendingBits, mode turnMode) {
 	w.mu.Lock()
 	h.pending |= bits
+	if bits&pendingKick != 0 {
+		h.kickQueued.Store(true)
+	}
 	if !h.queued {
 		h.queued = true
 		w.ready = append(w.ready, h)
@@ -435,6 +449,7 @@ func (w *worker) take() bool {
 	for _, h := range ready {
 		w.readyBits = append(w.readyBits, h.pending)
 		h.queued, h.pending = false, 0
+		h.kickQueued.Store(false) // before this turn's Run of h
 	}
 	return true
 }
