@@ -481,8 +481,7 @@ func (q *QP) FlushSend() {
 			wc := verbs.WC{WRID: w.WR.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCOpcodeFor(w.WR.Opcode), QPNum: q.P.QPN}
 			q.SendCQ.Push(wc, false)
 		}
-		*w = SendWQE{}
-		q.SQ.Drop(1)
+		q.SQ.Drop(1) // zeroes the slot
 	}
 	q.req.next, q.req.off = 0, 0
 }
@@ -515,8 +514,7 @@ func (q *QP) completeHead(status verbs.WCStatus) {
 		q.SendCQ.Push(wc, false)
 	}
 	r.headCompleted(q, w)
-	*w = SendWQE{}
-	q.SQ.Drop(1)
+	q.SQ.Drop(1) // zeroes the slot
 }
 
 // transportOf returns the opcode transport of a QP type.

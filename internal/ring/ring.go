@@ -95,7 +95,8 @@ func (r *Ring[T]) Pop() (v T, ok bool) {
 	return v, true
 }
 
-// Drop removes the oldest n values (n <= Len).
+// Drop removes the oldest n values (n <= Len), zeroing their slots so
+// that the ring keeps nothing they pointed to reachable.
 func (r *Ring[T]) Drop(n int) {
 	var zero T
 	for range n {
