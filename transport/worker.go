@@ -22,9 +22,11 @@ type Handle struct {
 	// Protected by w.mu.
 	queued  bool        // on w.ready
 	pending pendingBits // what the ready entry is for
+
 	// kickQueued: a kick is on w.ready, and the turn that takes it
-	// (clearing this first) runs the QP after. A Kick that finds it set
-	// has nothing to add: a poster's burst takes w.mu once.
+	// (clearing this first) runs the QP after. Written with w.mu held,
+	// read without it: a Kick that finds it set has nothing to add, so
+	// a poster's burst takes w.mu once.
 	kickQueued atomic.Bool
 
 	// Owned by the goroutine running w's turn, and by Detach while it
